@@ -1,0 +1,47 @@
+# Helpers that define gpubatch's test executables. Catch2 v2 comes from the system or from
+# CMAKE_PREFIX_PATH (scripts/gpu-check points it at a folder when Catch2 is not installed).
+include_guard(GLOBAL)
+
+find_package(Catch2 2 REQUIRED)
+include(Catch OPTIONAL RESULT_VARIABLE GPUBATCH_CATCH_MODULE)
+
+# Exit code of a gpu test executable without a device; must match tests/support/skip_code.hpp.
+set(GPUBATCH_SKIP_RETURN_CODE 77)
+
+add_library(gpubatch_test_main_host OBJECT "${PROJECT_SOURCE_DIR}/tests/support/host_main.cpp")
+target_link_libraries(gpubatch_test_main_host PUBLIC Catch2::Catch2 gpubatch::gpubatch gpubatch_dev_options)
+
+# Registers the test cases of `target` with CTest: one CTest test per Catch2 test case when
+# Catch2's CMake module is available, else one per executable.
+function(_gpubatch_register target)
+  cmake_parse_arguments(ARG "" "" "PROPERTIES" ${ARGN})
+  if(GPUBATCH_CATCH_MODULE)
+    catch_discover_tests(${target} TEST_PREFIX "${target}: " PROPERTIES ${ARG_PROPERTIES})
+  else()
+    add_test(NAME ${target} COMMAND ${target})
+    set_tests_properties(${target} PROPERTIES ${ARG_PROPERTIES})
+  endif()
+endfunction()
+
+# A host test: compiled by the host compiler, always run (also under the sanitizers).
+function(gpubatch_add_host_test target)
+  add_executable(${target} ${ARGN} $<TARGET_OBJECTS:gpubatch_test_main_host>)
+  target_link_libraries(${target} PRIVATE gpubatch::gpubatch Catch2::Catch2 gpubatch_dev_options)
+  set(env "")
+  if(GPUBATCH_SANITIZE)
+    # Impossible allocations must fail with out_of_memory rather than abort inside ASan.
+    set(env ENVIRONMENT "ASAN_OPTIONS=allocator_may_return_null=1:detect_leaks=1;UBSAN_OPTIONS=print_stacktrace=1")
+  endif()
+  _gpubatch_register(${target} PROPERTIES LABELS host ${env})
+endfunction()
+
+# A gpu test: CUDA sources compiled by nvcc; Skipped without a device.
+function(gpubatch_add_gpu_test target)
+  if(NOT TARGET gpubatch_test_main_gpu)
+    add_library(gpubatch_test_main_gpu OBJECT "${PROJECT_SOURCE_DIR}/tests/support/gpu_main.cpp")
+    target_link_libraries(gpubatch_test_main_gpu PUBLIC Catch2::Catch2 gpubatch::gpubatch gpubatch_dev_options)
+  endif()
+  add_executable(${target} ${ARGN} $<TARGET_OBJECTS:gpubatch_test_main_gpu>)
+  target_link_libraries(${target} PRIVATE gpubatch::gpubatch Catch2::Catch2 gpubatch_dev_options)
+  _gpubatch_register(${target} PROPERTIES LABELS gpu SKIP_RETURN_CODE ${GPUBATCH_SKIP_RETURN_CODE})
+endfunction()

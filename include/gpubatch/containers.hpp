@@ -1,0 +1,233 @@
+/// @file containers.hpp
+/// @brief Owning, move-only typed buffers: device_buffer (device memory, stream-ordered) and
+/// pinned_buffer (page-locked host memory). With host_exec both hold ordinary host memory, so
+/// one code path serves both backends.
+#pragma once
+
+#include <gpubatch/detail/containers/allocate.hpp>
+#include <gpubatch/error.hpp>
+#include <gpubatch/execution.hpp>
+#include <gpubatch/memory_space.hpp>
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+namespace gpubatch {
+
+/// @brief A typed, uninitialised, move-only buffer in the memory of a backend.
+///
+/// With cuda_exec the memory is device memory allocated and freed in stream order
+/// (cudaMallocAsync / cudaFreeAsync) on the stream the caller passes; with host_exec it is
+/// 64-byte-aligned host memory. There is deliberately no constructor without an execution
+/// argument: the stream of every allocation and free is explicit.
+///
+/// @tparam T a trivially copyable element type (the buffer is copied as bytes, never constructed)
+template <class T>
+class device_buffer {
+  static_assert(std::is_trivially_copyable_v<T>,
+                "gpubatch::device_buffer<T>: T must be trivially copyable (its bytes are copied "
+                "between host and device and no constructor or destructor ever runs)");
+
+ public:
+  using value_type = T;
+  using size_type = std::size_t;
+
+  /// @brief Allocates `size` uninitialised elements of host memory.
+  /// @throws out_of_memory if the allocation fails
+  device_buffer(size_type size, host_exec) : size_(size), space_(memory_space::host) {
+    data_ = static_cast<T*>(detail::allocate_host(detail::checked_bytes(size, sizeof(T), "host")));
+  }
+
+  /// @brief Allocates `size` uninitialised elements of device memory, ordered on exec's stream.
+  /// @throws out_of_memory if the device has not enough free memory
+  /// @throws cuda_error for any other CUDA failure (for example, no device)
+  device_buffer(size_type size, cuda_exec exec)
+      : size_(size), space_(memory_space::device), stream_(exec.stream()) {
+    data_ = static_cast<T*>(
+        detail::allocate_device(detail::checked_bytes(size, sizeof(T), "device"), stream_));
+  }
+
+  device_buffer(const device_buffer&) = delete;
+  device_buffer& operator=(const device_buffer&) = delete;
+
+  device_buffer(device_buffer&& other) noexcept
+      : data_(std::exchange(other.data_, nullptr)),
+        size_(std::exchange(other.size_, 0)),
+        space_(other.space_),
+        stream_(other.stream_) {}
+
+  device_buffer& operator=(device_buffer&& other) noexcept {
+    if (this != &other) {
+      release();
+      data_ = std::exchange(other.data_, nullptr);
+      size_ = std::exchange(other.size_, 0);
+      space_ = other.space_;
+      stream_ = other.stream_;
+    }
+    return *this;
+  }
+
+  /// @brief Frees the memory; device memory is freed in order on the buffer's current stream.
+  ~device_buffer() { release(); }
+
+  /// @brief Changes the size to `new_size`, keeping the first min(size(), new_size) elements;
+  /// new elements are uninitialised. Reallocates in order on exec's stream, which becomes the
+  /// buffer's stream. On failure the buffer is unchanged.
+  /// @throws invalid_argument if `exec` selects a different backend than the buffer's
+  template <class Exec>
+  void resize(size_type new_size, Exec exec) {
+    check_backend<Exec>("exec");
+    if (new_size == size_) {
+      return;
+    }
+    device_buffer grown(new_size, exec);
+    const size_type kept_bytes = std::min(size_, new_size) * sizeof(T);
+    if constexpr (is_cuda_exec_v<Exec>) {
+      if (kept_bytes != 0) {
+        // The old buffer was last used on stream_; order the copy after that work.
+        if (stream_ != exec.stream()) {
+          GPUBATCH_CUDA_TRY(cudaStreamSynchronize(stream_));
+        }
+        GPUBATCH_CUDA_TRY(
+            cudaMemcpyAsync(grown.data_, data_, kept_bytes, cudaMemcpyDeviceToDevice, exec.stream()));
+      }
+      stream_ = exec.stream();  // the old memory is freed on the stream that last read it
+    } else if (kept_bytes != 0) {
+      std::memcpy(grown.data_, data_, kept_bytes);
+    }
+    std::swap(data_, grown.data_);
+    std::swap(size_, grown.size_);
+  }
+
+  /// @brief Pointer to the first element (nullptr when empty).
+  [[nodiscard]] T* data() noexcept { return data_; }
+  /// @copydoc data()
+  [[nodiscard]] const T* data() const noexcept { return data_; }
+  /// @brief Number of elements.
+  [[nodiscard]] size_type size() const noexcept { return size_; }
+  /// @brief Size in bytes.
+  [[nodiscard]] size_type size_bytes() const noexcept { return size_ * sizeof(T); }
+  /// @brief Whether the buffer holds no element.
+  [[nodiscard]] bool empty() const noexcept { return size_ == 0; }
+  /// @brief memory_space::device with cuda_exec, memory_space::host with host_exec.
+  [[nodiscard]] memory_space space() const noexcept { return space_; }
+  /// @brief The stream device memory is freed on (nullptr for host memory).
+  [[nodiscard]] cudaStream_t stream() const noexcept { return stream_; }
+
+ private:
+  template <class Exec>
+  void check_backend(const char* parameter) const {
+    const bool device = is_cuda_exec_v<Exec>;
+    if (device != (space_ == memory_space::device)) {
+      throw invalid_argument(parameter, std::string("a ") + (device ? "cuda" : "host") +
+                                            " execution argument cannot manage a buffer in " +
+                                            to_string(space_) + " memory");
+    }
+  }
+
+  void release() noexcept {
+    if (space_ == memory_space::device) {
+      detail::deallocate_device(data_, stream_);
+    } else {
+      detail::deallocate_host(data_);
+    }
+    data_ = nullptr;
+    size_ = 0;
+  }
+
+  T* data_ = nullptr;
+  size_type size_ = 0;
+  memory_space space_ = memory_space::host;
+  cudaStream_t stream_ = nullptr;
+};
+
+/// @brief A typed, uninitialised, move-only buffer of page-locked host memory, the source and
+/// destination that make host-device copies truly asynchronous.
+///
+/// With cuda_exec it is pinned (cudaMallocHost); with host_exec it is ordinary host memory,
+/// since nothing needs pinning when no device is involved.
+/// @tparam T a trivially copyable element type
+template <class T>
+class pinned_buffer {
+  static_assert(std::is_trivially_copyable_v<T>,
+                "gpubatch::pinned_buffer<T>: T must be trivially copyable");
+
+ public:
+  using value_type = T;
+  using size_type = std::size_t;
+
+  /// @brief Allocates `size` elements of ordinary host memory.
+  /// @throws out_of_memory if the allocation fails
+  pinned_buffer(size_type size, host_exec) : size_(size), space_(memory_space::host) {
+    data_ = static_cast<T*>(detail::allocate_host(detail::checked_bytes(size, sizeof(T), "host")));
+  }
+
+  /// @brief Allocates `size` elements of page-locked host memory.
+  /// @throws out_of_memory if the allocation fails; cuda_error for other CUDA failures
+  pinned_buffer(size_type size, cuda_exec) : size_(size), space_(memory_space::pinned) {
+    data_ = static_cast<T*>(
+        detail::allocate_pinned(detail::checked_bytes(size, sizeof(T), "pinned host")));
+  }
+
+  pinned_buffer(const pinned_buffer&) = delete;
+  pinned_buffer& operator=(const pinned_buffer&) = delete;
+  pinned_buffer(pinned_buffer&& other) noexcept
+      : data_(std::exchange(other.data_, nullptr)),
+        size_(std::exchange(other.size_, 0)),
+        space_(other.space_) {}
+  pinned_buffer& operator=(pinned_buffer&& other) noexcept {
+    if (this != &other) {
+      release();
+      data_ = std::exchange(other.data_, nullptr);
+      size_ = std::exchange(other.size_, 0);
+      space_ = other.space_;
+    }
+    return *this;
+  }
+  ~pinned_buffer() { release(); }
+
+  /// @brief Pointer to the first element (nullptr when empty).
+  [[nodiscard]] T* data() noexcept { return data_; }
+  /// @copydoc data()
+  [[nodiscard]] const T* data() const noexcept { return data_; }
+  /// @brief Number of elements.
+  [[nodiscard]] size_type size() const noexcept { return size_; }
+  /// @brief Size in bytes.
+  [[nodiscard]] size_type size_bytes() const noexcept { return size_ * sizeof(T); }
+  /// @brief Whether the buffer holds no element.
+  [[nodiscard]] bool empty() const noexcept { return size_ == 0; }
+  /// @brief memory_space::pinned with cuda_exec, memory_space::host with host_exec.
+  [[nodiscard]] memory_space space() const noexcept { return space_; }
+
+  /// @brief Element access; the memory is host memory, so this is always legal on the host.
+  [[nodiscard]] T& operator[](size_type i) noexcept { return data_[i]; }
+  /// @copydoc operator[]
+  [[nodiscard]] const T& operator[](size_type i) const noexcept { return data_[i]; }
+  [[nodiscard]] T* begin() noexcept { return data_; }
+  [[nodiscard]] T* end() noexcept { return data_ + size_; }
+  [[nodiscard]] const T* begin() const noexcept { return data_; }
+  [[nodiscard]] const T* end() const noexcept { return data_ + size_; }
+
+ private:
+  void release() noexcept {
+    if (space_ == memory_space::pinned) {
+      detail::deallocate_pinned(data_);
+    } else {
+      detail::deallocate_host(data_);
+    }
+    data_ = nullptr;
+    size_ = 0;
+  }
+
+  T* data_ = nullptr;
+  size_type size_ = 0;
+  memory_space space_ = memory_space::host;
+};
+
+}  // namespace gpubatch

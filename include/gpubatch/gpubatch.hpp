@@ -1,0 +1,13 @@
+/// @file gpubatch.hpp
+/// @brief Umbrella header: includes every public gpubatch header.
+#pragma once
+
+#include <gpubatch/config.hpp>
+#include <gpubatch/containers.hpp>
+#include <gpubatch/error.hpp>
+#include <gpubatch/execution.hpp>
+#include <gpubatch/fill.hpp>
+#include <gpubatch/memory_space.hpp>
+#include <gpubatch/stream.hpp>
+#include <gpubatch/version.hpp>
+#include <gpubatch/views.hpp>

@@ -1,0 +1,36 @@
+# Shared by gpubatch's scripts: locate the checkout and the CUDA toolkit.
+# shellcheck shell=bash
+GPUBATCH_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+export GPUBATCH_ROOT
+
+# nvcc is often installed but not on PATH.
+if ! command -v nvcc >/dev/null 2>&1; then
+  for dir in /usr/local/cuda/bin /usr/local/cuda-*/bin; do
+    if [ -x "$dir/nvcc" ]; then
+      export PATH="$dir:$PATH"
+      break
+    fi
+  done
+fi
+
+gpubatch_jobs() { nproc 2>/dev/null || echo 2; }
+
+# Installs Debian packages that are missing: with apt-get when root, else prints the command and
+# fails, so nothing is half-installed behind the user's back.
+gpubatch_require_packages() {
+  local missing=()
+  local pkg
+  for pkg in "$@"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" ||
+      missing+=("$pkg")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "gpubatch: missing packages: ${missing[*]}" >&2
+    echo "install them with:  sudo apt-get install -y ${missing[*]}" >&2
+    return 1
+  fi
+  echo "gpubatch: installing ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
