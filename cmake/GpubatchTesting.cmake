@@ -3,6 +3,8 @@
 include_guard(GLOBAL)
 
 find_package(Catch2 2 REQUIRED)
+# Catch.cmake (catch_discover_tests) sits beside Catch2's package config.
+list(APPEND CMAKE_MODULE_PATH "${Catch2_DIR}")
 include(Catch OPTIONAL RESULT_VARIABLE GPUBATCH_CATCH_MODULE)
 
 # Exit code of a gpu test executable without a device; must match tests/support/skip_code.hpp.
