@@ -28,6 +28,17 @@ enum class layout {
   return order == layout::row_major ? "row-major" : "column-major";
 }
 
+/// @brief How an operation reads a matrix operand: as stored, or transposed.
+enum class op {
+  none,       ///< op(X) = X
+  transpose,  ///< op(X) = X^T
+};
+
+/// @brief A printable name for an op: "N" or "T", as BLAS writes them.
+[[nodiscard]] constexpr const char* to_string(op o) noexcept {
+  return o == op::none ? "N" : "T";
+}
+
 /// @brief The index type of every view: 64-bit, so one batch may exceed 2^31 elements.
 using index_t = std::int64_t;
 

@@ -1,0 +1,128 @@
+/// @file detail/gemm/dispatch.cuh
+/// @brief CUDA GEMM dispatch: picks a compiled policy by size class and architecture, sizes the
+/// grid, splits batches beyond the grid limit across launches, and launches on the caller's
+/// stream. Included only by translation units compiled by nvcc.
+#pragma once
+
+#include <gpubatch/detail/gemm/kernels.cuh>
+#include <gpubatch/detail/gemm/problem.hpp>
+#include <gpubatch/error.hpp>
+#include <gpubatch/gemm_policy.hpp>
+#include <gpubatch/gemm_problem.hpp>
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <string>
+#include <type_traits>
+
+namespace gpubatch::detail::cuda_gemm {
+
+/// Compute capability of the current device as 10 * major + minor (e.g. 90).
+inline int current_arch() {
+  int device = 0;
+  GPUBATCH_CUDA_TRY(cudaGetDevice(&device));
+  int major = 0, minor = 0;
+  GPUBATCH_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  GPUBATCH_CUDA_TRY(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  return 10 * major + minor;
+}
+
+/// Kernels staging more than 48 KiB of shared memory must opt in, once per kernel.
+template <class Kernel>
+void allow_shared_bytes(Kernel kernel, std::int64_t bytes) {
+  if (bytes > 48 * 1024) {
+    GPUBATCH_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(bytes)));
+  }
+}
+
+template <class Policy, class Batch, class Compute, class Epilogue>
+void launch_tiled(cudaStream_t stream, const Batch& batch, index_t max_m, index_t max_n,
+                  Compute alpha, Compute beta, const Epilogue& epilogue) {
+  constexpr std::int64_t shared_bytes = Policy::template shared_bytes<Compute>();
+  static_assert(shared_bytes <= 227 * 1024,
+                "gpubatch::gemm_policy: the tile needs more shared memory than a block can have "
+                "(227 KiB on sm_90); use a smaller tile, fewer stages or fewer problems per block");
+  const auto kernel = tiled_gemm_kernel<Policy, Batch, Compute, Epilogue>;
+  allow_shared_bytes(kernel, shared_bytes);
+  const index_t tiles_n = ceil_div(max_n, Policy::tile_n);
+  const index_t tiles = ceil_div(max_m, Policy::tile_m) * tiles_n;
+  if (tiles > 0x7fffffff) {
+    throw invalid_argument("c", "too many tiles for one grid (" + std::to_string(tiles) + ")");
+  }
+  const index_t launches = launch_count(batch.count, Policy::max_blocks_per_launch);
+  for (index_t l = 0; l < launches; ++l) {
+    const launch_slice slice = slice_of_launch(batch.count, Policy::max_blocks_per_launch, l);
+    const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(slice.count));
+    kernel<<<grid, Policy::threads, static_cast<std::size_t>(shared_bytes), stream>>>(
+        batch, slice.first, tiles_n, alpha, beta, epilogue);
+    GPUBATCH_CUDA_TRY(cudaGetLastError());
+  }
+}
+
+/// Tiny problems: as many per block as the block's threads have output registers for and its
+/// shared memory has room, within the policy's problems-per-block bound.
+template <class Policy, class Batch, class Compute, class Epilogue>
+void launch_tiny(cudaStream_t stream, const Batch& batch, Compute alpha, Compute beta,
+                 const Epilogue& epilogue) {
+  constexpr int threads = Policy::threads;
+  constexpr int outputs_per_thread = Policy::accumulators_per_thread;
+  constexpr std::int64_t shared_budget = 48 * 1024;
+  const index_t outputs = batch.m * batch.n;
+  const int k_chunk = static_cast<int>(std::min<index_t>(batch.k, Policy::tile_k));
+  const index_t bytes_per_problem = (batch.m + batch.n) * k_chunk * static_cast<index_t>(sizeof(Compute));
+  const index_t by_registers = std::max<index_t>(1, threads * outputs_per_thread / outputs);
+  const index_t by_shared = std::max<index_t>(1, shared_budget / bytes_per_problem);
+  const int ppb = static_cast<int>(std::min<index_t>({by_registers, by_shared,
+                                                      Policy::problems_per_block, batch.count}));
+  const index_t blocks = ceil_div(batch.count, ppb);
+  const auto shared_bytes = static_cast<std::size_t>(ppb * bytes_per_problem);
+  tiny_gemm_kernel<threads, outputs_per_thread><<<static_cast<unsigned>(blocks), threads, shared_bytes, stream>>>(
+      batch, tiny_shape{ppb, k_chunk}, alpha, beta, epilogue);
+  GPUBATCH_CUDA_TRY(cudaGetLastError());
+}
+
+/// The compiled default policies of one architecture, picked by size class.
+template <int Arch, class Element, class Batch, class Compute, class Epilogue>
+void launch_default(cudaStream_t stream, const Batch& batch, index_t max_m, index_t max_n,
+                    index_t max_k, Compute alpha, Compute beta, const Epilogue& epilogue) {
+  switch (classify_gemm(max_m, max_n, max_k)) {
+    case size_class::tiny:
+      if constexpr (Batch::uniform) {
+        using tiny_policy = typename default_gemm_policy<Element, Arch, size_class::tiny>::type;
+        launch_tiny<tiny_policy>(stream, batch, alpha, beta, epilogue);
+        return;
+      }
+      [[fallthrough]];  // grouped tiny problems: the medium tile with early-exiting blocks
+    case size_class::medium:
+      launch_tiled<typename default_gemm_policy<Element, Arch, size_class::medium>::type>(
+          stream, batch, max_m, max_n, alpha, beta, epilogue);
+      return;
+    case size_class::large:
+      launch_tiled<typename default_gemm_policy<Element, Arch, size_class::large>::type>(
+          stream, batch, max_m, max_n, alpha, beta, epilogue);
+      return;
+  }
+}
+
+template <class Policy, class Batch, class Compute, class Epilogue>
+void dispatch(cudaStream_t stream, const Batch& batch, Compute alpha, Compute beta,
+              const Epilogue& epilogue, const gemm_options& /*options: no tensor-core path yet*/) {
+  index_t max_m, max_n, max_k;
+  if constexpr (Batch::uniform) {
+    max_m = batch.m, max_n = batch.n, max_k = batch.k;
+  } else {
+    max_m = batch.bounds.max_m, max_n = batch.bounds.max_n, max_k = batch.bounds.max_k;
+  }
+  using element = std::remove_const_t<std::remove_pointer_t<decltype(batch.problem(0).a.data)>>;
+  if constexpr (!std::is_void_v<Policy>) {
+    launch_tiled<Policy>(stream, batch, max_m, max_n, alpha, beta, epilogue);
+  } else if (current_arch() >= 90) {
+    launch_default<90, element>(stream, batch, max_m, max_n, max_k, alpha, beta, epilogue);
+  } else {
+    launch_default<80, element>(stream, batch, max_m, max_n, max_k, alpha, beta, epilogue);
+  }
+}
+
+}  // namespace gpubatch::detail::cuda_gemm

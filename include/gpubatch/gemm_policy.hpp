@@ -1,0 +1,93 @@
+/// @file gemm_policy.hpp
+/// @brief The compile-time batching policy of the GEMM (and convolution) kernels: thread-block
+/// tile, warps, pipeline stages, problems per block and how a batch is split across launches;
+/// the constexpr selector of defaults; and the run-time size classes that pick among them.
+#pragma once
+
+#include <gpubatch/config.hpp>
+#include <gpubatch/views.hpp>
+
+#include <cstdint>
+#include <type_traits>
+
+namespace gpubatch {
+
+/// @brief A GEMM tuning policy. Every member is a compile-time constant; an invalid
+/// combination fails to compile with a message that says what is wrong.
+///
+/// @tparam TileM, TileN, TileK the thread-block tile: rows and columns of C, depth of one
+///         K step staged in shared memory
+/// @tparam Warps warps per thread block
+/// @tparam Stages shared-memory pipeline stages (1 = no prefetch, 2 = double buffering, ...)
+/// @tparam ProblemsPerBlock problems one block computes (several tiny problems per block)
+/// @tparam MaxBlocksPerLaunch upper bound on the problem groups of one launch; larger batches
+///         are split across launches on the same stream
+template <int TileM, int TileN, int TileK, int Warps, int Stages, int ProblemsPerBlock = 1,
+          std::int64_t MaxBlocksPerLaunch = 65535>
+struct gemm_policy {
+  static_assert(TileM > 0 && (TileM & (TileM - 1)) == 0,
+                "gpubatch::gemm_policy: TileM must be a positive power of two");
+  static_assert(TileN > 0 && (TileN & (TileN - 1)) == 0,
+                "gpubatch::gemm_policy: TileN must be a positive power of two");
+  static_assert(TileK > 0 && (TileK & (TileK - 1)) == 0,
+                "gpubatch::gemm_policy: TileK must be a positive power of two");
+  static_assert(Warps >= 1 && Warps * 32 <= 1024,
+                "gpubatch::gemm_policy: Warps must be 1 to 32 (at most 1024 threads per block)");
+  static_assert((TileM * TileN) % (Warps * 32) == 0,
+                "gpubatch::gemm_policy: every thread must own the same number of C elements: "
+                "TileM * TileN must be a multiple of Warps * 32");
+  static_assert(Stages >= 1 && Stages <= 8, "gpubatch::gemm_policy: Stages must be 1 to 8");
+  static_assert(ProblemsPerBlock >= 1, "gpubatch::gemm_policy: ProblemsPerBlock must be >= 1");
+  static_assert(MaxBlocksPerLaunch >= 1 && MaxBlocksPerLaunch <= 65535,
+                "gpubatch::gemm_policy: MaxBlocksPerLaunch must be 1 to 65535 (grid.y limit)");
+
+  static constexpr int tile_m = TileM;
+  static constexpr int tile_n = TileN;
+  static constexpr int tile_k = TileK;
+  static constexpr int warps = Warps;
+  static constexpr int threads = Warps * 32;
+  static constexpr int stages = Stages;
+  static constexpr int problems_per_block = ProblemsPerBlock;
+  static constexpr std::int64_t max_blocks_per_launch = MaxBlocksPerLaunch;
+  /// C elements each thread accumulates in registers.
+  static constexpr int accumulators_per_thread = TileM * TileN / (Warps * 32);
+
+  /// Shared memory one block stages, for compute type `Compute`.
+  template <class Compute>
+  static constexpr std::int64_t shared_bytes() {
+    return std::int64_t{Stages} * ProblemsPerBlock * (TileM + TileN) * TileK *
+           static_cast<std::int64_t>(sizeof(Compute));
+  }
+};
+
+/// @brief Size classes the run-time heuristic sorts a problem into.
+enum class size_class {
+  tiny,    ///< m, n <= 32 and k <= 64: several problems per block, operands staged once
+  medium,  ///< up to 2^18 outputs per problem: moderate tiles keep enough blocks in flight
+  large,   ///< larger: big tiles for data reuse
+};
+
+/// @brief The run-time heuristic: a few comparisons on the shape, no host synchronisation and no
+/// profiling run.
+GPUBATCH_HOST_DEVICE constexpr size_class classify_gemm(index_t m, index_t n, index_t k) {
+  if (m <= 32 && n <= 32 && k <= 64) {
+    return size_class::tiny;
+  }
+  return m * n <= (index_t{1} << 18) ? size_class::medium : size_class::large;
+}
+
+/// @brief The default policy for element type `T`, target architecture `Arch` (e.g. 80, 90) and
+/// a size class. Specialise it, or pass your own policy to gemm, to tune.
+template <class T, int Arch, size_class Size>
+struct default_gemm_policy {
+  // Tiny: a 32 x 32 tile covers a whole problem; four problems share a block of 4 warps.
+  // Medium: 64 x 64 x 16 with 8 warps, 4 x 4 accumulators per thread, double buffered.
+  // Large: 128 x 128 x 16 with 8 warps, 8 x 8 accumulators per thread, double buffered.
+  // (Untuned starting points; the measurements in docs/benchmarks.md are what they earned.)
+  using type = std::conditional_t<
+      Size == size_class::tiny, gemm_policy<32, 32, 32, 4, 1, 4>,
+      std::conditional_t<Size == size_class::medium, gemm_policy<64, 64, 16, 8, 2>,
+                         gemm_policy<128, 128, 16, 8, 2>>>;
+};
+
+}  // namespace gpubatch

@@ -1,0 +1,65 @@
+/// @file numeric.hpp
+/// @brief Element types gpubatch computes with, their compute (accumulator) types, and
+/// conversions that work in host and device code alike.
+#pragma once
+
+#include <gpubatch/config.hpp>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+namespace gpubatch {
+
+/// @brief IEEE half precision (CUDA's __half).
+using half = __half;
+/// @brief bfloat16 (CUDA's __nv_bfloat16).
+using bfloat16 = __nv_bfloat16;
+
+/// @brief The type products of `T` are accumulated in: float for f32, f16 and bf16; double for
+/// f64; int32_t for int8. Alpha, beta and epilogues work in this type too.
+template <class T>
+struct compute_type;
+template <>
+struct compute_type<double> { using type = double; };
+template <>
+struct compute_type<float> { using type = float; };
+template <>
+struct compute_type<half> { using type = float; };
+template <>
+struct compute_type<bfloat16> { using type = float; };
+template <>
+struct compute_type<std::int8_t> { using type = std::int32_t; };
+/// @brief Shorthand for compute_type<T>::type.
+template <class T>
+using compute_type_t = typename compute_type<std::remove_const_t<T>>::type;
+
+/// @brief Whether gpubatch computes with element type T.
+template <class T, class = void>
+inline constexpr bool is_supported_element_v = false;
+template <class T>
+inline constexpr bool is_supported_element_v<T, std::void_t<typename compute_type<T>::type>> =
+    true;
+
+/// @brief Converts between element and compute types, rounding to nearest for half and
+/// bfloat16, in host and device code.
+template <class To, class From>
+GPUBATCH_HOST_DEVICE To convert(From value) {
+  if constexpr (std::is_same_v<To, From>) {
+    return value;
+  } else if constexpr (std::is_same_v<From, half>) {
+    return static_cast<To>(__half2float(value));
+  } else if constexpr (std::is_same_v<From, bfloat16>) {
+    return static_cast<To>(__bfloat162float(value));
+  } else if constexpr (std::is_same_v<To, half>) {
+    return __float2half_rn(static_cast<float>(value));
+  } else if constexpr (std::is_same_v<To, bfloat16>) {
+    return __float2bfloat16_rn(static_cast<float>(value));
+  } else {
+    return static_cast<To>(value);
+  }
+}
+
+}  // namespace gpubatch

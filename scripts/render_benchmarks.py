@@ -1,0 +1,524 @@
+#!/usr/bin/env python3
+"""Renders Google Benchmark JSON results into docs/benchmarks.md and PNG plots.
+
+Input: every bench/results/<executable>-<machine>.json (scripts/bench writes them, with
+--benchmark_out_format=json). One section per machine; in it, one plot and one table per group.
+
+Naming convention (bench/README.md; gpubatch::bench::name() builds the first two parts):
+
+    <group>/<impl>[/<arg>...]          e.g.  device_buffer_alloc.cuda/cudaMalloc/bytes:1024
+
+  group  what is measured and on which backend, "<operation>.<backend>"; no '/'.
+  impl   "gpubatch" for the code under test, else the name of a baseline (cudaMalloc, cublas,
+         openblas, cudnn, malloc, ...). Every implementation of a group measures the same work on
+         the same data, so their times divide: the tables show gpubatch / baseline per x.
+  args   Google Benchmark's arguments, "name:value" (with ArgName/ArgNames) or a bare value.
+         The LAST argument is the x axis; any earlier ones (and threads:N) split the group into
+         sub-groups, e.g. gemm_f32.cuda/cublas/batch:64/n:256 -> sub-group "batch:64", x = n.
+         An argument named "bytes" is printed as KiB/MiB/GiB.
+
+Google Benchmark's own suffixes (real_time, manual_time, process_time, iterations:N, repeats:N,
+min_time:..., min_warmup_time:...) are recognised and removed; manual_time marks device time
+measured with CUDA events, anything else wall-clock time (the JSON's real_time field is reported).
+
+Values: the "median" aggregate of the repetitions (--benchmark_repetitions with
+--benchmark_report_aggregates_only); without aggregates, the median of the individual runs.
+Rate counters "flops_per_second" and "bytes_per_second" (gpubatch::bench::set_rates) get table
+columns when a group reports them. Benchmarks that called SkipWithError (for example "no CUDA
+device") are listed as not run, with the message.
+
+Usage: render_benchmarks.py --results DIR --plots DIR --output FILE [--no-plots]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import statistics
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SUBJECT = "gpubatch"
+RATE_COUNTERS = {"flops_per_second": "FLOP/s", "bytes_per_second": "B/s"}
+TIMER_SUFFIXES = {"manual_time": "device time (CUDA events)", "real_time": "wall clock"}
+IGNORED_PREFIXES = ("iterations:", "repeats:", "min_time:", "min_warmup_time:", "process_time")
+TIME_UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
+
+
+# --------------------------------------------------------------------------------------------
+# Parsing
+
+@dataclass(frozen=True)
+class ParsedName:
+    group: str          # group plus sub-group arguments, e.g. "gemm_f32.cuda [batch:64]"
+    impl: str
+    x_label: str | None  # None when the benchmark has no argument
+    x: float | None
+    timer: str
+
+
+def parse_name(run_name: str) -> ParsedName | None:
+    """Splits a run name by the convention above; None when it does not follow it."""
+    timer = "wall clock"
+    kept: list[str] = []
+    threads: list[str] = []
+    for token in run_name.split("/"):
+        if token in TIMER_SUFFIXES:
+            timer = TIMER_SUFFIXES[token]
+        elif token.startswith(IGNORED_PREFIXES):
+            continue
+        elif token.startswith("threads:"):
+            threads.append(token)
+        else:
+            kept.append(token)
+    if len(kept) < 2 or not kept[0] or not kept[1]:
+        return None
+    group, impl, *args = kept
+    x_label = x = None
+    if args:
+        label, _, value = args[-1].rpartition(":")
+        try:
+            x = float(value)
+        except ValueError:
+            return None
+        x_label = label or "x"
+    sub = args[:-1] + threads
+    if sub:
+        group = f"{group} [{', '.join(sub)}]"
+    return ParsedName(group, impl, x_label, x, timer)
+
+
+@dataclass
+class Cell:
+    """One implementation at one x: its median time and rates, or why it did not run."""
+    time_s: float | None = None
+    counters: dict[str, float] = field(default_factory=dict)
+    error: str | None = None
+
+
+@dataclass
+class Group:
+    name: str
+    source: str                       # the executable that produced it
+    timer: str
+    x_label: str | None
+    impls: list[str] = field(default_factory=list)
+    repetitions: int = 1
+    cells: dict[tuple[str, float | None], Cell] = field(default_factory=dict)
+
+    def xs(self) -> list[float | None]:
+        values = {x for (_, x) in self.cells}
+        return sorted(values, key=lambda v: (v is None, v if v is not None else 0.0))
+
+    def ran(self, impl: str) -> bool:
+        return any(c.time_s is not None for (i, _), c in self.cells.items() if i == impl)
+
+    def errors(self, impl: str) -> list[str]:
+        return sorted({c.error for (i, _), c in self.cells.items()
+                       if i == impl and c.error and c.time_s is None})
+
+    def baselines(self) -> list[str]:
+        return [i for i in self.impls if i != SUBJECT]
+
+
+@dataclass
+class ResultFile:
+    path: Path
+    executable: str
+    machine: str
+    context: dict
+    groups: list[Group]
+    unconventional: list[str]
+
+
+def _seconds(entry: dict) -> float:
+    return float(entry["real_time"]) * TIME_UNIT_SECONDS.get(entry.get("time_unit", "ns"), 1e-9)
+
+
+def _counters(entry: dict) -> dict[str, float]:
+    return {k: float(entry[k]) for k in RATE_COUNTERS if isinstance(entry.get(k), (int, float))}
+
+
+def read_results(path: Path) -> ResultFile:
+    executable, _, machine = path.stem.partition("-")
+    data = json.loads(path.read_text())
+    groups: dict[str, Group] = {}
+    medians: dict[tuple[str, str, float | None], dict] = {}
+    runs: dict[tuple[str, str, float | None], list[dict]] = {}
+    errors: dict[tuple[str, str, float | None], str] = {}
+    unconventional: list[str] = []
+
+    for entry in data.get("benchmarks", []):
+        run_name = entry.get("run_name", entry.get("name", ""))
+        parsed = parse_name(run_name)
+        if parsed is None:
+            if run_name not in unconventional:
+                unconventional.append(run_name)
+            continue
+        group = groups.get(parsed.group)
+        if group is None:
+            group = groups[parsed.group] = Group(parsed.group, executable, parsed.timer,
+                                                 parsed.x_label)
+        if parsed.impl not in group.impls:
+            group.impls.append(parsed.impl)
+        if not entry.get("error_occurred"):
+            group.repetitions = max(group.repetitions, int(entry.get("repetitions", 1)))
+        key = (parsed.group, parsed.impl, parsed.x)
+        if entry.get("error_occurred"):
+            errors[key] = entry.get("error_message") or "error"
+        elif entry.get("run_type") == "aggregate":
+            if entry.get("aggregate_name") == "median":
+                medians[key] = entry
+        else:
+            runs.setdefault(key, []).append(entry)
+
+    for key in set(medians) | set(runs) | set(errors):
+        group_name, impl, x = key
+        cell = Cell()
+        if key in medians:
+            cell.time_s = _seconds(medians[key])
+            cell.counters = _counters(medians[key])
+        elif key in runs:
+            cell.time_s = statistics.median(_seconds(e) for e in runs[key])
+            per_run = [_counters(e) for e in runs[key]]
+            names = {n for counters in per_run for n in counters}
+            cell.counters = {n: statistics.median(c[n] for c in per_run if n in c)
+                             for n in names}
+        else:
+            cell.error = errors[key]
+        groups[group_name].cells[(impl, x)] = cell
+
+    for group in groups.values():  # the subject first, baselines in registration order
+        group.impls.sort(key=lambda i: i != SUBJECT)
+    return ResultFile(path, executable, machine, data.get("context", {}), list(groups.values()),
+                      unconventional)
+
+
+# --------------------------------------------------------------------------------------------
+# Formatting
+
+def fmt_time(seconds: float) -> str:
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
+        if seconds >= scale:
+            return f"{seconds / scale:.3g} {unit}"
+    return f"{seconds / 1e-9:.3g} ns"
+
+
+def fmt_x(x: float | None, label: str | None) -> str:
+    if x is None:
+        return "-"
+    if label == "bytes":
+        for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+            if x >= scale:
+                return f"{x / scale:g} {unit}"
+        return f"{x:g} B"
+    return f"{x:g}"
+
+
+def fmt_rate(value: float, unit: str) -> str:
+    for prefix, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if value >= scale:
+            return f"{value / scale:.3g} {prefix}{unit}"
+    return f"{value:.3g} {unit}"
+
+
+def fmt_bytes(n: float) -> str:
+    return fmt_x(n, "bytes")
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9.]+", "-", text.lower()).strip("-") or "group"
+
+
+def table(header: list[str], rows: list[list[str]], align_right_from: int = 1) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |",
+             "| " + " | ".join("---" if i < align_right_from else "---:"
+                               for i in range(len(header))) + " |"]
+    lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
+    return lines
+
+
+# --------------------------------------------------------------------------------------------
+# Plots
+
+def plot_group(group: Group, machine_label: str, path: Path) -> bool:
+    """Time per implementation (left) and gpubatch / baseline (right) against x."""
+    xs = [x for x in group.xs() if x is not None]
+    if len(xs) < 2 or not any(group.ran(i) for i in group.impls):
+        return False
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib import ticker
+
+    has_ratio = group.ran(SUBJECT) and any(group.ran(b) for b in group.baselines())
+    fig, axes = plt.subplots(1, 2 if has_ratio else 1, figsize=(11 if has_ratio else 6, 4),
+                             squeeze=False)
+    ax = axes[0][0]
+    for impl in group.impls:
+        points = [(x, group.cells[(impl, x)].time_s) for x in xs
+                  if (impl, x) in group.cells and group.cells[(impl, x)].time_s is not None]
+        if points:
+            ax.plot([p[0] for p in points], [p[1] for p in points], marker="o",
+                    linewidth=2.2 if impl == SUBJECT else 1.4, label=impl)
+    ax.set_xscale("log", base=_x_base(xs))
+    ax.set_yscale("log")
+    ax.set_xlabel(group.x_label or "x")
+    ax.set_ylabel(f"median time [s], {group.timer}")
+    ax.set_title(group.name)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    _label_x_ticks(ax, xs, group.x_label)
+
+    if has_ratio:
+        ax = axes[0][1]
+        ratios = [1.0]
+        for baseline in group.baselines():
+            points = []
+            for x in xs:
+                s, b = group.cells.get((SUBJECT, x)), group.cells.get((baseline, x))
+                if s and b and s.time_s is not None and b.time_s:
+                    points.append((x, s.time_s / b.time_s))
+            if points:
+                ax.plot([p[0] for p in points], [p[1] for p in points], marker="o",
+                        label=f"{SUBJECT} / {baseline}")
+                ratios += [p[1] for p in points]
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        ax.set_xscale("log", base=_x_base(xs))
+        if max(ratios) / min(ratios) > 10:  # log only when the ratios span a decade
+            ax.set_yscale("log")
+            ax.yaxis.set_major_locator(ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+            ax.yaxis.set_minor_locator(ticker.NullLocator())
+            ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.set_xlabel(group.x_label or "x")
+        ax.set_ylabel("time ratio (below 1: gpubatch faster)")
+        ax.set_title(f"{SUBJECT} / baseline")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend()
+        _label_x_ticks(ax, xs, group.x_label)
+    fig.suptitle(machine_label, fontsize=9)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=90, metadata={"Software": None})
+    plt.close(fig)
+    return True
+
+
+def _x_base(xs: list[float]) -> int:
+    """Base 2 when every x is a power of two (sizes), else 10."""
+    return 2 if all(x > 0 and math.log2(x).is_integer() for x in xs) else 10
+
+
+def _label_x_ticks(ax, xs: list[float], label: str | None) -> None:
+    """Ticks at the measured x values, printed as the tables print them."""
+    from matplotlib import ticker
+
+    if len(xs) <= 16:
+        ax.set_xticks(xs)
+        ax.set_xticklabels([fmt_x(x, label).replace(" ", "\n") for x in xs], fontsize=8)
+        ax.xaxis.set_minor_locator(ticker.NullLocator())
+
+
+# --------------------------------------------------------------------------------------------
+# Markdown
+
+def machine_label(ctx: dict, machine: str) -> str:
+    device = ctx.get("cuda_device", "")
+    if device and not device.startswith(("none", "unknown")):
+        return device
+    return ctx.get("cpu_model") or machine
+
+
+def hardware_lines(ctx: dict) -> list[str]:
+    cpu = ctx.get("cpu_model", "unknown CPU")
+    cores = ctx.get("num_cpus", "?")
+    mhz = ctx.get("mhz_per_cpu")
+    lines = [f"- CPU: {cpu}, {cores} logical cores" + (f", {mhz} MHz" if mhz else "")]
+    device = ctx.get("cuda_device")
+    if device and not device.startswith(("none", "unknown")):
+        parts = [device]
+        if "cuda_compute_capability" in ctx:
+            parts.append(f"compute capability {ctx['cuda_compute_capability']}")
+        if "cuda_sm_count" in ctx:
+            parts.append(f"{ctx['cuda_sm_count']} SMs")
+        if "cuda_memory_bytes" in ctx:
+            parts.append(f"{fmt_bytes(float(ctx['cuda_memory_bytes']))} memory")
+        if "cuda_l2_bytes" in ctx:
+            parts.append(f"{fmt_bytes(float(ctx['cuda_l2_bytes']))} L2")
+        if "cuda_peak_bandwidth_bytes_per_second" in ctx:
+            parts.append(
+                f"{fmt_rate(float(ctx['cuda_peak_bandwidth_bytes_per_second']), 'B/s')} peak")
+        lines.append("- GPU: " + ", ".join(parts))
+        lines.append(f"- CUDA driver {ctx.get('cuda_driver_version', '?')}, "
+                     f"runtime {ctx.get('cuda_runtime_version', '?')}")
+    else:
+        lines.append(f"- GPU: {device or 'not recorded'}")
+        if "cuda_runtime_version" in ctx:
+            lines.append(f"- CUDA runtime {ctx['cuda_runtime_version']} "
+                         "(linked; no usable driver or device)")
+    if ctx.get("library_build_type") == "debug":
+        lines.append("- Google Benchmark library: a debug build (the distribution's); it adds a "
+                     "little per-batch bookkeeping outside the timed code")
+    return lines
+
+
+def group_section(group: Group, label: str, plot_rel: str | None) -> list[str]:
+    out = [f"### {group.name}", "",
+           f"From `{group.source}`; {group.timer}; median of {group.repetitions} "
+           f"repetition{'s' if group.repetitions != 1 else ''}; "
+           f"ratio = {SUBJECT} time / baseline time (below 1: {SUBJECT} is faster).", ""]
+    if plot_rel:
+        out += [f"![{group.name} on {label}]({plot_rel})", ""]
+    impls = [i for i in group.impls if group.ran(i)]
+    ratios = [b for b in group.baselines() if b in impls] if SUBJECT in impls else []
+    rates = [c for c in RATE_COUNTERS
+             if any(c in cell.counters for cell in group.cells.values())]
+    header = [group.x_label or "x"] + impls + [f"{SUBJECT} / {b}" for b in ratios]
+    header += [f"{i} {RATE_COUNTERS[c]}" for c in rates for i in impls]
+    rows = []
+    notes: dict[str, int] = {}
+    for x in group.xs():
+        row = [fmt_x(x, group.x_label)]
+        for impl in impls:
+            cell = group.cells.get((impl, x))
+            if cell is None:
+                row.append("-")
+            elif cell.time_s is None:
+                note = notes.setdefault(cell.error or "error", len(notes) + 1)
+                row.append(f"error [{note}]")
+            else:
+                row.append(fmt_time(cell.time_s))
+        for baseline in ratios:
+            s, b = group.cells.get((SUBJECT, x)), group.cells.get((baseline, x))
+            ok = s and b and s.time_s is not None and b.time_s
+            row.append(f"{s.time_s / b.time_s:.2f}" if ok else "-")
+        for counter in rates:
+            for impl in impls:
+                cell = group.cells.get((impl, x))
+                value = cell.counters.get(counter) if cell else None
+                row.append(fmt_rate(value, RATE_COUNTERS[counter]) if value else "-")
+        rows.append(row)
+    out += table(header, rows)
+    for message, number in notes.items():
+        out.append(f"\n[{number}] {message}")
+    for impl in group.impls:
+        if not group.ran(impl):
+            out.append(f"\n`{impl}` did not run: {'; '.join(group.errors(impl)) or 'no result'}")
+    out.append("")
+    return out
+
+
+def render(results_dir: Path, plots_dir: Path, output: Path, plots: bool) -> int:
+    files: list[ResultFile] = []
+    unreadable: list[str] = []
+    for path in sorted(results_dir.glob("*.json")):
+        try:
+            files.append(read_results(path))
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            unreadable.append(f"`{path.name}`: {e}")
+            print(f"render_benchmarks: cannot read {path}: {e}", file=sys.stderr)
+
+    machines: dict[str, list[ResultFile]] = {}
+    for f in files:
+        machines.setdefault(f.machine, []).append(f)
+
+    written: set[Path] = set()
+    md = ["# Benchmarks", "",
+          "<!-- Generated by scripts/bench (scripts/render_benchmarks.py) from "
+          "bench/results/*.json; edits are overwritten. -->", "",
+          "gpubatch against its baselines, measured in the same executable on the same sizes "
+          "and data. Every number is the median of the repetitions (5 with `scripts/bench`); the "
+          f"ratio columns are {SUBJECT} time / baseline time, so below 1 {SUBJECT} is faster. "
+          "Groups ending in `.cuda` run on the GPU backend, `.host` on the host backend. How to "
+          "run the benchmarks and add one: [bench/README.md](../bench/README.md).", ""]
+    if not files:
+        md += ["No results yet: run `scripts/bench`.", ""]
+
+    if machines:
+        md += ["## Machines", ""]
+        rows = []
+        for machine, mfiles in sorted(machines.items()):
+            ctx = mfiles[0].context
+            label = machine_label(ctx, machine)
+            rows.append([f"[{label}](#{_anchor(label)})",
+                         ", ".join(f"`{f.path.name}`" for f in mfiles),
+                         ", ".join(sorted({f.context.get('date', '?')[:10] for f in mfiles})),
+                         ", ".join(sorted({f.context.get('gpubatch_commit', '?')
+                                           for f in mfiles}))])
+        md += table(["machine", "results", "date", "commit"], rows, align_right_from=99) + [""]
+
+    for machine, mfiles in sorted(machines.items()):
+        ctx = mfiles[0].context
+        label = machine_label(ctx, machine)
+        md += [f"## {label}", ""] + hardware_lines(ctx)
+        for f in mfiles:
+            md.append(f"- `{f.path.name}`: {f.context.get('date', 'unknown date')}, "
+                      f"commit {f.context.get('gpubatch_commit', 'unknown')}")
+        md.append("")
+
+        groups = [g for f in mfiles for g in f.groups]
+        skipped = [g for g in groups if not any(g.ran(i) for i in g.impls)]
+        if skipped:
+            md += ["### Did not run", "",
+                   "These groups produced no measurement on this machine:", ""]
+            md += table(["group", "implementations", "why"],
+                        [[f"`{g.name}`", ", ".join(g.impls),
+                          "; ".join(sorted({e for i in g.impls for e in g.errors(i)}))]
+                         for g in skipped], align_right_from=99)
+            md.append("")
+        for group in groups:
+            if group in skipped:
+                continue
+            plot_rel = None
+            if plots:
+                png = plots_dir / slug(machine) / f"{slug(group.name)}.png"
+                if plot_group(group, label, png):
+                    written.add(png.resolve())
+                    plot_rel = os.path.relpath(png, output.parent).replace(os.sep, "/")
+            md += group_section(group, label, plot_rel)
+        for f in mfiles:
+            if f.unconventional:
+                md += [f"Not rendered from `{f.path.name}` (names do not follow "
+                       "`<group>/<impl>/<args>`): " +
+                       ", ".join(f"`{n}`" for n in f.unconventional), ""]
+
+    if unreadable:
+        md += ["## Unreadable results", ""] + [f"- {u}" for u in unreadable] + [""]
+
+    if plots and plots_dir.exists():  # plots of groups or machines that no longer exist
+        for png in plots_dir.rglob("*.png"):
+            if png.resolve() not in written:
+                png.unlink()
+        for d in sorted((p for p in plots_dir.rglob("*") if p.is_dir()), reverse=True):
+            if not any(d.iterdir()):
+                d.rmdir()
+
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text("\n".join(md).rstrip() + "\n")
+    print(f"render_benchmarks: wrote {output} ({len(files)} results files, "
+          f"{len(written)} plots)")
+    return 0
+
+
+def _anchor(heading: str) -> str:
+    """GitHub's anchor for a heading: lowercase, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--results", type=Path, default=Path("bench/results"))
+    parser.add_argument("--plots", type=Path, default=Path("docs/benchmarks"))
+    parser.add_argument("--output", type=Path, default=Path("docs/benchmarks.md"))
+    parser.add_argument("--no-plots", action="store_true",
+                        help="tables only (when matplotlib is unavailable)")
+    args = parser.parse_args()
+    return render(args.results, args.plots, args.output, plots=not args.no_plots)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,239 @@
+// The GEMM test engine shared by every gemm test TU and both backends: builds a random batch,
+// runs gpubatch::gemm in one of the three batch forms, and compares against a float64 host
+// reference by relative norm. Outputs are poisoned (NaN, or a sentinel for integers) before each
+// run with beta = 0, so an element the kernel never wrote fails the comparison.
+#pragma once
+
+#include <gpubatch/gemm.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "../support/random.hpp"
+
+namespace gpubatch::test {
+
+enum class batch_form { strided, pointer_array, grouped };
+
+inline const char* to_string(batch_form f) {
+  return f == batch_form::strided ? "strided" : f == batch_form::pointer_array ? "pointer-array" : "grouped";
+}
+
+struct gemm_case {
+  index_t m, n, k, count;
+  op op_a = op::none;
+  op op_b = op::none;
+  layout la = layout::row_major;
+  layout lb = layout::row_major;
+  layout lc = layout::row_major;
+  double alpha = 1.0;
+  double beta = 0.0;
+  batch_form form = batch_form::strided;
+  index_t pad = 0;  ///< extra leading-dimension elements (breaks alignment when odd)
+};
+
+inline std::string describe(const gemm_case& c) {
+  return std::to_string(c.m) + "x" + std::to_string(c.n) + "x" + std::to_string(c.k) + " x" +
+         std::to_string(c.count) + " " + gpubatch::to_string(c.op_a) + gpubatch::to_string(c.op_b) +
+         " " + gpubatch::to_string(c.la) + "/" + gpubatch::to_string(c.lb) + "/" +
+         gpubatch::to_string(c.lc) + " alpha=" + std::to_string(c.alpha) +
+         " beta=" + std::to_string(c.beta) + " " + to_string(c.form) + " pad=" + std::to_string(c.pad);
+}
+
+/// Relative-norm tolerance for inputs TA and output TC.
+template <class TA, class TC>
+double tolerance() {
+  if constexpr (std::is_integral_v<TC>) {
+    return 0.0;  // int8 -> int32 is exact
+  } else if constexpr (std::is_same_v<TC, half>) {
+    return 2e-3;  // half's unit roundoff is 4.9e-4
+  } else if constexpr (std::is_same_v<TC, bfloat16>) {
+    return 1.6e-2;  // bfloat16's unit roundoff is 3.9e-3
+  } else if constexpr (std::is_same_v<TC, double>) {
+    return 1e-12;
+  } else {
+    return 1e-5;  // f32 accumulation (inputs f32, or exactly representable f16/bf16)
+  }
+}
+
+/// A stored matrix of a batch: shape, layout and leading dimension.
+struct stored {
+  index_t rows, cols, ld;
+  layout order;
+  [[nodiscard]] index_t size() const { return order == layout::row_major ? rows * ld : cols * ld; }
+  [[nodiscard]] index_t at(index_t i, index_t j) const {
+    return order == layout::row_major ? i * ld + j : i + j * ld;
+  }
+};
+
+inline stored make_stored(index_t rows, index_t cols, layout order, index_t pad) {
+  const index_t minor = order == layout::row_major ? cols : rows;
+  return {rows, cols, std::max<index_t>(minor + pad, 1), order};
+}
+
+/// Random inputs in a range where every product sum is exact enough to compare.
+template <class T>
+std::vector<T> random_inputs(std::size_t count, std::uint64_t seed) {
+  if constexpr (std::is_integral_v<T>) {
+    return random_values<T>(count, seed, -128, 127);
+  } else {
+    const auto values = random_values<double>(count, seed, -1.0, 1.0);
+    std::vector<T> out(count);
+    for (std::size_t i = 0; i < count; ++i) out[i] = convert<T>(values[i]);
+    return out;
+  }
+}
+
+template <class T>
+T poison_value() {
+  if constexpr (std::is_integral_v<T>) {
+    return std::numeric_limits<T>::min();
+  } else {
+    return convert<T>(std::numeric_limits<float>::quiet_NaN());
+  }
+}
+
+/// Runs one case on Backend and checks it; `make_epilogue(bias_or_residual_storage)` builds the
+/// epilogue for the backend from device pointers prepared by the caller.
+template <class Backend, class TA, class TC, class Epilogue = epilogue::identity>
+void check_gemm(gemm_case c, Epilogue epi = {}, const Epilogue* reference_epi = nullptr) {
+  using compute = compute_type_t<TA>;
+  if constexpr (std::is_integral_v<compute>) {
+    // Integer GEMMs take integer scalars: map the fractional test scalars to small integers.
+    c.alpha = std::round(c.alpha * 4);
+    c.beta = std::round(c.beta * 2);
+  }
+  INFO(describe(c));
+  const auto exec = Backend::exec();
+  const index_t a_rows = c.op_a == op::none ? c.m : c.k;
+  const index_t a_cols = c.op_a == op::none ? c.k : c.m;
+  const index_t b_rows = c.op_b == op::none ? c.k : c.n;
+  const index_t b_cols = c.op_b == op::none ? c.n : c.k;
+  const stored sa = make_stored(a_rows, a_cols, c.la, c.pad);
+  const stored sb = make_stored(b_rows, b_cols, c.lb, c.pad);
+  const stored sc = make_stored(c.m, c.n, c.lc, c.pad);
+
+  const std::uint64_t seed = static_cast<std::uint64_t>(c.m * 1000003 + c.n * 1009 + c.k * 31 + c.count);
+  const auto host_a = random_inputs<TA>(static_cast<std::size_t>(sa.size() * c.count), seed);
+  const auto host_b = random_inputs<TA>(static_cast<std::size_t>(sb.size() * c.count), seed + 1);
+  std::vector<TC> host_c(static_cast<std::size_t>(sc.size() * c.count));
+  if (c.beta == 0.0) {
+    std::fill(host_c.begin(), host_c.end(), poison_value<TC>());
+  } else {
+    const auto initial = random_inputs<TA>(host_c.size(), seed + 2);
+    for (std::size_t i = 0; i < host_c.size(); ++i) host_c[i] = convert<TC>(convert<compute>(initial[i]));
+  }
+
+  device_buffer<TA> dev_a(host_a.size(), exec);
+  device_buffer<TA> dev_b(host_b.size(), exec);
+  device_buffer<TC> dev_c(host_c.size(), exec);
+  Backend::from_host(dev_a.data(), host_a);
+  Backend::from_host(dev_b.data(), host_b);
+  Backend::from_host(dev_c.data(), host_c);
+
+  const auto alpha = static_cast<compute>(c.alpha);
+  const auto beta = static_cast<compute>(c.beta);
+  const matrix_batch_view<const TA> va(dev_a.data(), sa.rows, sa.cols, sa.ld, sa.size(), c.count, sa.order, Backend::space);
+  const matrix_batch_view<const TA> vb(dev_b.data(), sb.rows, sb.cols, sb.ld, sb.size(), c.count, sb.order, Backend::space);
+  const matrix_batch_view<TC> vc(dev_c.data(), sc.rows, sc.cols, sc.ld, sc.size(), c.count, sc.order, Backend::space);
+
+  switch (c.form) {
+    case batch_form::strided:
+      gemm(exec, c.op_a, c.op_b, alpha, va, vb, beta, vc, epi);
+      break;
+    case batch_form::pointer_array: {
+      std::vector<const TA*> pa, pb;
+      std::vector<TC*> pc;
+      for (index_t i = 0; i < c.count; ++i) {
+        pa.push_back(dev_a.data() + i * sa.size());
+        pb.push_back(dev_b.data() + i * sb.size());
+        pc.push_back(dev_c.data() + i * sc.size());
+      }
+      device_buffer<const TA*> dpa(pa.size(), exec), dpb(pb.size(), exec);
+      device_buffer<TC*> dpc(pc.size(), exec);
+      Backend::from_host(dpa.data(), pa);
+      Backend::from_host(dpb.data(), pb);
+      Backend::from_host(dpc.data(), pc);
+      gemm(exec, c.op_a, c.op_b, alpha,
+           pointer_matrix_batch_view<const TA>(dpa.data(), sa.rows, sa.cols, sa.ld, c.count, sa.order, Backend::space),
+           pointer_matrix_batch_view<const TA>(dpb.data(), sb.rows, sb.cols, sb.ld, c.count, sb.order, Backend::space),
+           beta, pointer_matrix_batch_view<TC>(dpc.data(), sc.rows, sc.cols, sc.ld, c.count, sc.order, Backend::space),
+           epi);
+      Backend::synchronize();
+      break;
+    }
+    case batch_form::grouped: {
+      std::vector<gemm_problem<TA, TA, TC>> problems;
+      for (index_t i = 0; i < c.count; ++i) {
+        problems.push_back({c.m, c.n, c.k, dev_a.data() + i * sa.size(), sa.ld,
+                            dev_b.data() + i * sb.size(), sb.ld, dev_c.data() + i * sc.size(), sc.ld});
+      }
+      device_buffer<gemm_problem<TA, TA, TC>> dp(problems.size(), exec);
+      Backend::from_host(dp.data(), problems);
+      gemm_grouped(exec, grouped_gemm_layout{c.op_a, c.la, c.op_b, c.lb, c.lc}, alpha, dp.data(),
+                   c.count, beta, epi, grouped_gemm_bounds{c.m, c.n, c.k});
+      Backend::synchronize();
+      break;
+    }
+  }
+  const std::vector<TC> result = Backend::to_host(dev_c.data(), host_c.size());
+
+  const Epilogue& ref_epi = reference_epi != nullptr ? *reference_epi : epi;
+  double err2 = 0, ref2 = 0;
+  index_t worst_b = -1, worst_i = -1, worst_j = -1;
+  double worst = -1;
+  for (index_t b = 0; b < c.count; ++b) {
+    for (index_t i = 0; i < c.m; ++i) {
+      for (index_t j = 0; j < c.n; ++j) {
+        double sum = 0;
+        for (index_t p = 0; p < c.k; ++p) {
+          const index_t ai = c.op_a == op::none ? sa.at(i, p) : sa.at(p, i);
+          const index_t bi = c.op_b == op::none ? sb.at(p, j) : sb.at(j, p);
+          sum += convert<double>(host_a[b * sa.size() + ai]) * convert<double>(host_b[b * sb.size() + bi]);
+        }
+        const std::size_t ci = static_cast<std::size_t>(b * sc.size() + sc.at(i, j));
+        double expected = c.alpha * sum;
+        if (c.beta != 0.0) expected += c.beta * convert<double>(host_c[ci]);
+        expected = ref_epi(expected, b, i, j);
+        const double got = convert<double>(result[ci]);
+        const double diff = std::isnan(got) ? std::numeric_limits<double>::infinity() : got - expected;
+        if (std::abs(diff) > worst) {
+          worst = std::abs(diff);
+          worst_b = b, worst_i = i, worst_j = j;
+        }
+        err2 += diff * diff;
+        ref2 += expected * expected;
+      }
+    }
+  }
+  // Elements outside the matrices (leading-dimension padding) must be untouched.
+  for (index_t b = 0; b < c.count && c.pad > 0; ++b) {
+    const index_t minor = sc.order == layout::row_major ? sc.cols : sc.rows;
+    const index_t major = sc.order == layout::row_major ? sc.rows : sc.cols;
+    for (index_t x = 0; x < major; ++x)
+      for (index_t y = minor; y < sc.ld; ++y) {
+        const std::size_t idx = static_cast<std::size_t>(b * sc.size() + x * sc.ld + y);
+        REQUIRE(std::memcmp(&result[idx], &host_c[idx], sizeof(TC)) == 0);
+      }
+  }
+  const double rel = ref2 > 0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
+  INFO("relative norm error " << rel << ", worst |diff| " << worst << " at batch " << worst_b
+                              << " (" << worst_i << ", " << worst_j << ")");
+  CHECK(rel <= tolerance<TA, TC>());
+}
+
+/// Edge sizes that exercise full tiles, partial tiles and degenerate shapes on both backends.
+inline std::vector<std::array<index_t, 3>> edge_shapes() {
+  return {{1, 1, 1}, {3, 17, 33}, {17, 3, 1}, {33, 33, 33}, {8, 32, 64}, {65, 127, 17}, {127, 33, 129}};
+}
+
+}  // namespace gpubatch::test

@@ -1,0 +1,5 @@
+#include "../support/host_backend.hpp"
+#define GEMM_TA float
+#define GEMM_TC float
+#define GEMM_TYPES "f32->f32"
+#include "gemm.inc"
