@@ -25,6 +25,17 @@
 /// instantiate the same gpubatch kernel do not resolve to one another's copy.
 #define GPUBATCH_KERNEL __global__ __attribute__((visibility("hidden")))
 
+/// @brief Bracket kernel definitions. A kernel instantiated with a type of internal linkage (a
+/// functor in an anonymous namespace) cannot be hidden, and nvcc says so for every instantiation;
+/// the attribute is simply moot there, so the warning is silenced for gpubatch's kernels only.
+#if GPUBATCH_CUDA_COMPILER
+#define GPUBATCH_KERNELS_BEGIN _Pragma("nv_diagnostic push") _Pragma("nv_diag_suppress 1407")
+#define GPUBATCH_KERNELS_END _Pragma("nv_diagnostic pop")
+#else
+#define GPUBATCH_KERNELS_BEGIN
+#define GPUBATCH_KERNELS_END
+#endif
+
 /// @brief Expands to an OpenMP `parallel for` when the host compiler has OpenMP enabled.
 #if defined(_OPENMP)
 #define GPUBATCH_OMP_PARALLEL_FOR _Pragma("omp parallel for schedule(static)")

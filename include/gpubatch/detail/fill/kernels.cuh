@@ -10,6 +10,8 @@
 #include <algorithm>
 #include <cstddef>
 
+GPUBATCH_KERNELS_BEGIN
+
 namespace gpubatch::detail {
 
 template <class T>
@@ -32,3 +34,5 @@ void launch_fill(T* first, std::size_t count, const T& value, cudaStream_t strea
 }
 
 }  // namespace gpubatch::detail
+
+GPUBATCH_KERNELS_END

@@ -181,22 +181,51 @@ void compute_block(const gemm_instance<TA, TB, TC>& p, index_t i0, index_t rows,
 }
 
 /// Tiny problems (m, n <= 32, k <= 64): op(B) converted once into a k x NB block, each row of C
-/// accumulated in a vector of NB lanes; no packing of A, no blocking.
+/// accumulated in NB lanes of vector registers; no packing of A, no blocking.
 template <int NB, class Compute, class TA, class TB, class TC, class Epilogue>
 void tiny_problem(const gemm_instance<TA, TB, TC>& p, Compute alpha, Compute beta,
                   const Epilogue& epilogue, index_t batch) {
-  alignas(64) Compute b[64 * NB];
+  constexpr int lanes = tuning<Compute>::lanes;
+  constexpr int vectors = (NB + lanes - 1) / lanes;
+  constexpr int width = vectors * lanes;  // NB rounded up to whole vectors
+  alignas(64) Compute b[64 * width];
   for (index_t q = 0; q < p.k; ++q) {
-    for (index_t j = 0; j < NB; ++j) b[q * NB + j] = j < p.n ? convert<Compute>(p.b(q, j)) : Compute(0);
-  }
-  for (index_t i = 0; i < p.m; ++i) {
-    alignas(64) Compute acc[NB] = {};
-    for (index_t q = 0; q < p.k; ++q) {
-      const Compute a = convert<Compute>(p.a(i, q));
-      for (index_t j = 0; j < NB; ++j) acc[j] += a * b[q * NB + j];
+    for (index_t j = 0; j < width; ++j) {
+      b[q * width + j] = j < p.n ? convert<Compute>(p.b(q, j)) : Compute(0);
     }
-    for (index_t j = 0; j < p.n; ++j) {
-      store_output(p.c(i, j), acc[j], alpha, beta, epilogue, batch, i, j);
+  }
+  // Four rows at a time: four independent accumulator chains hide the multiply-add latency.
+  constexpr int rows = 4;
+  alignas(64) Compute out[rows * width];
+  for (index_t i0 = 0; i0 < p.m; i0 += rows) {
+    const index_t valid = std::min<index_t>(rows, p.m - i0);
+#if defined(__GNUC__)
+    using vec = typename vector_of<Compute, vector_bytes>::type;
+    vec acc[rows][vectors];
+    for (int r = 0; r < rows; ++r)
+      for (int v = 0; v < vectors; ++v) acc[r][v] = vec{};
+    for (index_t q = 0; q < p.k; ++q) {
+      vec bq[vectors];
+      std::memcpy(bq, b + q * width, sizeof(bq));
+      for (int r = 0; r < rows; ++r) {
+        // Rows past the end repeat the last row; their results are discarded.
+        const vec a = vec{} + convert<Compute>(p.a(i0 + std::min<index_t>(r, valid - 1), q));
+        for (int v = 0; v < vectors; ++v) acc[r][v] += a * bq[v];
+      }
+    }
+    std::memcpy(out, acc, sizeof(acc));
+#else
+    for (int e = 0; e < rows * width; ++e) out[e] = Compute(0);
+    for (index_t r = 0; r < valid; ++r)
+      for (index_t q = 0; q < p.k; ++q) {
+        const Compute a = convert<Compute>(p.a(i0 + r, q));
+        for (int j = 0; j < width; ++j) out[r * width + j] += a * b[q * width + j];
+      }
+#endif
+    for (index_t r = 0; r < valid; ++r) {
+      for (index_t j = 0; j < p.n; ++j) {
+        store_output(p.c(i0 + r, j), out[r * width + j], alpha, beta, epilogue, batch, i0 + r, j);
+      }
     }
   }
 }

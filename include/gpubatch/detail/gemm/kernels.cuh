@@ -15,6 +15,8 @@
 
 #include <cstdint>
 
+GPUBATCH_KERNELS_BEGIN
+
 namespace gpubatch::detail::cuda_gemm {
 
 /// Shape of a tiny launch: problems staged per block and the K chunk staged at a time.
@@ -221,3 +223,5 @@ GPUBATCH_KERNEL void __launch_bounds__(Policy::threads)
 }
 
 }  // namespace gpubatch::detail::cuda_gemm
+
+GPUBATCH_KERNELS_END

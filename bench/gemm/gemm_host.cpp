@@ -1,0 +1,101 @@
+// Host-backend batched GEMM against a loop of OpenBLAS calls over the same batch, OpenMP across
+// the batch for both (OpenBLAS single-threaded inside each call, as a batch loop would run it).
+//
+//   gemm_f32.host   gpubatch::gemm(on_host, ...)   vs  cblas_sgemm per problem
+//   gemm_f64.host   gpubatch::gemm(on_host, ...)   vs  cblas_dgemm per problem
+//
+// Square row-major problems, n = 4 ... 512, batch sized so one iteration is ~2^26 FLOPs (and at
+// least 2 problems). Inputs are random; C is overwritten (beta = 0).
+#include "support/harness.hpp"
+
+#include <gpubatch/gemm.hpp>
+
+#include <benchmark/benchmark.h>
+#include <cblas.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+namespace {
+
+namespace bench = gpubatch::bench;
+using gpubatch::index_t;
+
+index_t batch_for(index_t n) {
+  const index_t flops_per_problem = 2 * n * n * n;
+  return std::clamp<index_t>((index_t{1} << 26) / flops_per_problem, 2, 1 << 16);
+}
+
+template <class T>
+struct square_batch {
+  index_t n, count;
+  std::vector<T> a, b, c;
+  explicit square_batch(index_t size) : n(size), count(batch_for(size)) {
+    const auto elements = static_cast<std::size_t>(n * n * count);
+    std::mt19937_64 engine(7);
+    std::uniform_real_distribution<T> dist(-1, 1);
+    a.resize(elements);
+    b.resize(elements);
+    c.assign(elements, T(0));
+    for (auto& v : a) v = dist(engine);
+    for (auto& v : b) v = dist(engine);
+  }
+  void set_rates(benchmark::State& state) const {
+    bench::set_rates(state, 2.0 * static_cast<double>(n * n * n * count),
+                     3.0 * static_cast<double>(n * n * count * static_cast<index_t>(sizeof(T))));
+    state.counters["batch"] = static_cast<double>(count);
+  }
+};
+
+template <class T>
+void gemm_gpubatch(benchmark::State& state) {
+  bench::run_host_benchmark(state, [&] {
+    square_batch<T> data(state.range(0));
+    const index_t n = data.n;
+    const auto a = gpubatch::matrix_batch_view<const T>::packed(data.a, n, n, data.count);
+    const auto b = gpubatch::matrix_batch_view<const T>::packed(data.b, n, n, data.count);
+    const auto c = gpubatch::matrix_batch_view<T>::packed(data.c, n, n, data.count);
+    for (auto _ : state) {
+      gpubatch::gemm(gpubatch::on_host, gpubatch::op::none, gpubatch::op::none, T(1), a, b, T(0), c);
+      benchmark::DoNotOptimize(data.c.data());
+    }
+    data.set_rates(state);
+  });
+}
+
+template <class T>
+void gemm_openblas(benchmark::State& state) {
+  bench::run_host_benchmark(state, [&] {
+    square_batch<T> data(state.range(0));
+    const int n = static_cast<int>(data.n);
+    const index_t stride = data.n * data.n;
+    openblas_set_num_threads(1);  // parallelism comes from the loop over the batch, as for gpubatch
+    for (auto _ : state) {
+#pragma omp parallel for schedule(static)
+      for (index_t i = 0; i < data.count; ++i) {
+        if constexpr (std::is_same_v<T, float>) {
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0F, data.a.data() + i * stride, n,
+                      data.b.data() + i * stride, n, 0.0F, data.c.data() + i * stride, n);
+        } else {
+          cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0, data.a.data() + i * stride, n,
+                      data.b.data() + i * stride, n, 0.0, data.c.data() + i * stride, n);
+        }
+      }
+      benchmark::DoNotOptimize(data.c.data());
+    }
+    data.set_rates(state);
+  });
+}
+
+void sizes(benchmark::internal::Benchmark* b) {
+  b->ArgName("n")->RangeMultiplier(2)->Range(4, 512)->UseRealTime()->Unit(benchmark::kMicrosecond);
+}
+
+BENCHMARK(gemm_gpubatch<float>)->Name(bench::name("gemm_f32.host", bench::subject))->Apply(sizes);
+BENCHMARK(gemm_openblas<float>)->Name(bench::name("gemm_f32.host", "openblas"))->Apply(sizes);
+BENCHMARK(gemm_gpubatch<double>)->Name(bench::name("gemm_f64.host", bench::subject))->Apply(sizes);
+BENCHMARK(gemm_openblas<double>)->Name(bench::name("gemm_f64.host", "openblas"))->Apply(sizes);
+
+}  // namespace
