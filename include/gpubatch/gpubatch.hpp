@@ -4,10 +4,15 @@
 
 #include <gpubatch/config.hpp>
 #include <gpubatch/containers.hpp>
+#include <gpubatch/epilogue.hpp>
 #include <gpubatch/error.hpp>
 #include <gpubatch/execution.hpp>
 #include <gpubatch/fill.hpp>
+#include <gpubatch/gemm.hpp>
+#include <gpubatch/gemm_policy.hpp>
+#include <gpubatch/gemm_problem.hpp>
 #include <gpubatch/memory_space.hpp>
+#include <gpubatch/numeric.hpp>
 #include <gpubatch/stream.hpp>
 #include <gpubatch/version.hpp>
 #include <gpubatch/views.hpp>

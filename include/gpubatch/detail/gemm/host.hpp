@@ -104,17 +104,28 @@ inline void micro_kernel(index_t k, const Compute* a, const Compute* b, Compute*
 }
 
 /// Packs rows [i0, i0 + rows) of op(A) into MR-row strips, k-major, zero-padding the last.
+/// The loop order follows the operand's contiguous dimension, so reads stream through memory.
 template <class Compute, class TA>
 void pack_a(matrix_ref<const TA> a, index_t k, index_t i0, index_t rows, Compute* out) {
   constexpr int mr = tuning<Compute>::mr;
-  for (index_t s = 0; s < rows; s += mr) {
+  for (index_t s = 0; s < rows; s += mr, out += k * mr) {
     const index_t valid = std::min<index_t>(mr, rows - s);
-    for (index_t p = 0; p < k; ++p) {
+    const TA* const base = a.data + (i0 + s) * a.stride.row;
+    if (a.stride.row == 1) {  // op(A) columns contiguous: copy MR-element runs
+      for (index_t p = 0; p < k; ++p) {
+        const TA* const column = base + p * a.stride.col;
+        for (index_t r = 0; r < mr; ++r) out[p * mr + r] = r < valid ? convert<Compute>(column[r]) : Compute(0);
+      }
+    } else {  // op(A) rows contiguous (or neither): walk each row
       for (index_t r = 0; r < mr; ++r) {
-        out[p * mr + r] = r < valid ? convert<Compute>(a(i0 + s + r, p)) : Compute(0);
+        if (r < valid) {
+          const TA* const row = base + r * a.stride.row;
+          for (index_t p = 0; p < k; ++p) out[p * mr + r] = convert<Compute>(row[p * a.stride.col]);
+        } else {
+          for (index_t p = 0; p < k; ++p) out[p * mr + r] = Compute(0);
+        }
       }
     }
-    out += k * mr;
   }
 }
 
@@ -122,14 +133,28 @@ void pack_a(matrix_ref<const TA> a, index_t k, index_t i0, index_t rows, Compute
 template <class Compute, class TB>
 void pack_b(matrix_ref<const TB> b, index_t k, index_t j0, index_t cols, Compute* out) {
   constexpr int nr = tuning<Compute>::nr;
-  for (index_t s = 0; s < cols; s += nr) {
+  for (index_t s = 0; s < cols; s += nr, out += k * nr) {
     const index_t valid = std::min<index_t>(nr, cols - s);
-    for (index_t p = 0; p < k; ++p) {
+    const TB* const base = b.data + (j0 + s) * b.stride.col;
+    if (b.stride.col == 1) {  // op(B) rows contiguous: copy NR-element runs
+      for (index_t p = 0; p < k; ++p) {
+        const TB* const row = base + p * b.stride.row;
+        if (valid == nr) {
+          for (index_t c = 0; c < nr; ++c) out[p * nr + c] = convert<Compute>(row[c]);
+        } else {
+          for (index_t c = 0; c < nr; ++c) out[p * nr + c] = c < valid ? convert<Compute>(row[c]) : Compute(0);
+        }
+      }
+    } else {  // op(B) columns contiguous (or neither): walk each column
       for (index_t c = 0; c < nr; ++c) {
-        out[p * nr + c] = c < valid ? convert<Compute>(b(p, j0 + s + c)) : Compute(0);
+        if (c < valid) {
+          const TB* const column = base + c * b.stride.col;
+          for (index_t p = 0; p < k; ++p) out[p * nr + c] = convert<Compute>(column[p * b.stride.row]);
+        } else {
+          for (index_t p = 0; p < k; ++p) out[p * nr + c] = Compute(0);
+        }
       }
     }
-    out += k * nr;
   }
 }
 
