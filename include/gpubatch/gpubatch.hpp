@@ -4,6 +4,9 @@
 
 #include <gpubatch/config.hpp>
 #include <gpubatch/containers.hpp>
+#include <gpubatch/conv.hpp>
+#include <gpubatch/conv_policy.hpp>
+#include <gpubatch/conv_problem.hpp>
 #include <gpubatch/epilogue.hpp>
 #include <gpubatch/error.hpp>
 #include <gpubatch/execution.hpp>
@@ -13,6 +16,9 @@
 #include <gpubatch/gemm_problem.hpp>
 #include <gpubatch/memory_space.hpp>
 #include <gpubatch/numeric.hpp>
+#include <gpubatch/pinned_pool.hpp>
+#include <gpubatch/pipeline.hpp>
 #include <gpubatch/stream.hpp>
+#include <gpubatch/transfer.hpp>
 #include <gpubatch/version.hpp>
 #include <gpubatch/views.hpp>

@@ -1,0 +1,203 @@
+// Host convolution: gpubatch's host backend against im2col + OpenBLAS sgemm (the classic CPU
+// formulation), on the same layers and the same data: ResNet-50 and MobileNetV2's depthwise
+// layers at batch 8, f32, in both layouts.
+//
+//   conv2d_f32_nchw.host   gpubatch::conv2d(on_host)  vs  per sample and group: im2col into
+//                          (C/g * R * S) x (P * Q), then sgemm W_g (K/g x C/g*R*S) * cols
+//   conv2d_f32_nhwc.host   gpubatch::conv2d(on_host)  vs  per sample and group: im2col into
+//                          (P * Q) x (R * S * C/g), then sgemm cols * W_g^T
+//
+// The baseline's im2col runs across the OpenMP threads and sgemm across OpenBLAS's, so both
+// sides use every core. The x axis ("layer") indexes resnet50_layers() then the depthwise
+// layers; each run is labelled with the layer's name. Without OpenBLAS (GPUBATCH_BENCH_OPENBLAS
+// undefined) only gpubatch is measured.
+#include "conv/layers.hpp"
+#include "support/harness.hpp"
+
+#include <gpubatch/conv.hpp>
+
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#if GPUBATCH_BENCH_OPENBLAS
+#include <cblas.h>
+#endif
+
+namespace {
+
+namespace bench = gpubatch::bench;
+using bench::conv_layer;
+using gpubatch::index_t;
+using gpubatch::tensor4d_shape;
+using gpubatch::tensor_layout;
+
+constexpr index_t batch = 8;
+
+const std::vector<conv_layer>& host_layers() {
+  static const std::vector<conv_layer> layers = [] {
+    std::vector<conv_layer> all = bench::resnet50_layers();
+    const auto& dw = bench::mobilenetv2_depthwise_layers();
+    all.insert(all.end(), dw.begin(), dw.end());
+    return all;
+  }();
+  return layers;
+}
+
+/// The same pseudo-random inputs for every implementation.
+struct layer_data {
+  const conv_layer& layer;
+  tensor4d_shape xs, ws, ys;
+  std::vector<float> x, w, y;
+
+  explicit layer_data(const conv_layer& l)
+      : layer(l), xs(l.x_shape(batch)), ws(l.w_shape()), ys(l.y_shape(batch)) {
+    x.resize(static_cast<std::size_t>(xs.size()));
+    w.resize(static_cast<std::size_t>(ws.size()));
+    y.resize(static_cast<std::size_t>(ys.size()));
+    unsigned state = 12345u;
+    const auto next = [&state] {
+      state = state * 1664525u + 1013904223u;
+      return static_cast<float>(state >> 8) / 16777216.0F - 0.5F;
+    };
+    for (float& v : x) v = next();
+    for (float& v : w) v = next();
+  }
+};
+
+void finish(benchmark::State& state, const conv_layer& l) {
+  state.SetLabel(l.name);
+  bench::set_rates(state, l.flops(batch), l.bytes(batch, sizeof(float)));
+}
+
+void conv_host_gpubatch(benchmark::State& state, tensor_layout order) {
+  bench::run_host_benchmark(state, [&] {
+    layer_data d(host_layers()[static_cast<std::size_t>(state.range(0))]);
+    const gpubatch::tensor4d_view<const float> x(d.x.data(), d.xs.n, d.xs.c, d.xs.h, d.xs.w, order);
+    const gpubatch::tensor4d_view<const float> w(d.w.data(), d.ws.n, d.ws.c, d.ws.h, d.ws.w, order);
+    const gpubatch::tensor4d_view<float> y(d.y.data(), d.ys.n, d.ys.c, d.ys.h, d.ys.w, order);
+    const auto run = [&] { gpubatch::conv2d(gpubatch::on_host, d.layer.params, 1.0F, x, w, 0.0F, y); };
+    run();  // warm-up: scratch buffers, first touch of y
+    for (auto _ : state) {
+      run();
+      benchmark::DoNotOptimize(d.y.data());
+    }
+    finish(state, d.layer);
+  });
+}
+
+#if GPUBATCH_BENCH_OPENBLAS
+/// im2col of sample n, group g, as Caffe writes it (no per-element division). NCHW:
+/// cols[(c * R + r) * S + s][p * Q + q], the KCRS order of the filters; NHWC:
+/// cols[p * Q + q][(r * S + s) * C/g + c], the KRSC order.
+void im2col(const layer_data& d, tensor_layout order, index_t n, index_t g, float* cols) {
+  const conv_layer& l = d.layer;
+  const gpubatch::conv2d_params& p = l.params;
+  const index_t cg = d.ws.c, out_h = d.ys.h, out_w = d.ys.w, pixels = out_h * out_w;
+  const index_t window = l.r * l.s, gemm_k = cg * window;
+  if (order == tensor_layout::nchw) {
+    const float* const x = d.x.data() + (n * l.c + g * cg) * l.h * l.w;
+    const auto rows = static_cast<std::ptrdiff_t>(gemm_k);
+    GPUBATCH_OMP_PARALLEL_FOR
+    for (std::ptrdiff_t kk = 0; kk < rows; ++kk) {
+      const index_t c = kk / window, r = (kk % window) / l.s, s = kk % l.s;
+      const float* const plane = x + c * l.h * l.w;
+      float* out = cols + kk * pixels;
+      for (index_t op = 0; op < out_h; ++op, out += out_w) {
+        const index_t ih = op * p.stride_h - p.pad_h_begin + r * p.dilation_h;
+        const index_t shift = s * p.dilation_w - p.pad_w_begin;
+        for (index_t oq = 0; oq < out_w; ++oq) {
+          const index_t iw = oq * p.stride_w + shift;
+          out[oq] = (ih >= 0 && ih < l.h && iw >= 0 && iw < l.w) ? plane[ih * l.w + iw] : 0.0F;
+        }
+      }
+    }
+  } else {
+    const float* const x = d.x.data() + n * l.h * l.w * l.c + g * cg;
+    const auto rows = static_cast<std::ptrdiff_t>(pixels);
+    GPUBATCH_OMP_PARALLEL_FOR
+    for (std::ptrdiff_t pq = 0; pq < rows; ++pq) {
+      const index_t op = pq / out_w, oq = pq % out_w;
+      float* out = cols + pq * gemm_k;
+      for (index_t r = 0; r < l.r; ++r) {
+        const index_t ih = op * p.stride_h - p.pad_h_begin + r * p.dilation_h;
+        for (index_t s = 0; s < l.s; ++s, out += cg) {
+          const index_t iw = oq * p.stride_w - p.pad_w_begin + s * p.dilation_w;
+          if (ih >= 0 && ih < l.h && iw >= 0 && iw < l.w) {
+            std::copy(x + (ih * l.w + iw) * l.c, x + (ih * l.w + iw) * l.c + cg, out);
+          } else {
+            std::fill(out, out + cg, 0.0F);
+          }
+        }
+      }
+    }
+  }
+}
+
+void conv_host_openblas(benchmark::State& state, tensor_layout order) {
+  bench::run_host_benchmark(state, [&] {
+    layer_data d(host_layers()[static_cast<std::size_t>(state.range(0))]);
+    const conv_layer& l = d.layer;
+    const index_t groups = l.params.groups, cg = d.ws.c, kg = l.k / groups;
+    const index_t pixels = d.ys.h * d.ys.w, gemm_k = cg * l.r * l.s;
+    std::vector<float> cols(static_cast<std::size_t>(gemm_k * pixels));
+    const auto run = [&] {
+      for (index_t n = 0; n < batch; ++n) {
+        for (index_t g = 0; g < groups; ++g) {
+          im2col(d, order, n, g, cols.data());
+          const float* const wg = d.w.data() + g * kg * gemm_k;
+          if (order == tensor_layout::nchw) {  // y_n,g (K/g x PQ) = W_g * cols
+            float* const yg = d.y.data() + (n * l.k + g * kg) * pixels;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(kg),
+                        static_cast<int>(pixels), static_cast<int>(gemm_k), 1.0F, wg,
+                        static_cast<int>(gemm_k), cols.data(), static_cast<int>(pixels), 0.0F, yg,
+                        static_cast<int>(pixels));
+          } else {  // y_n[:, g] (PQ x K/g, ld K) = cols * W_g^T
+            float* const yg = d.y.data() + n * pixels * l.k + g * kg;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(pixels),
+                        static_cast<int>(kg), static_cast<int>(gemm_k), 1.0F, cols.data(),
+                        static_cast<int>(gemm_k), wg, static_cast<int>(gemm_k), 0.0F, yg,
+                        static_cast<int>(l.k));
+          }
+        }
+      }
+    };
+    run();
+    for (auto _ : state) {
+      run();
+      benchmark::DoNotOptimize(d.y.data());
+    }
+    finish(state, l);
+  });
+}
+#endif
+
+void register_all() {
+  const struct {
+    const char* group;
+    tensor_layout order;
+  } groups[] = {{"conv2d_f32_nchw.host", tensor_layout::nchw},
+                {"conv2d_f32_nhwc.host", tensor_layout::nhwc}};
+  for (const auto& g : groups) {
+    const tensor_layout order = g.order;
+    auto* subject = benchmark::RegisterBenchmark(
+        bench::name(g.group, bench::subject).c_str(),
+        [order](benchmark::State& s) { conv_host_gpubatch(s, order); });
+    subject->ArgName("layer")->UseRealTime()->Unit(benchmark::kMillisecond);
+    bench::layer_args(subject, host_layers());
+#if GPUBATCH_BENCH_OPENBLAS
+    auto* baseline = benchmark::RegisterBenchmark(
+        bench::name(g.group, "openblas_im2col").c_str(),
+        [order](benchmark::State& s) { conv_host_openblas(s, order); });
+    baseline->ArgName("layer")->UseRealTime()->Unit(benchmark::kMillisecond);
+    bench::layer_args(baseline, host_layers());
+#endif
+  }
+}
+
+[[maybe_unused]] const bool registered = (register_all(), true);
+
+}  // namespace

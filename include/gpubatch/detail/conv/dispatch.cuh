@@ -1,0 +1,216 @@
+/// @file detail/conv/dispatch.cuh
+/// @brief CUDA convolution dispatch: depthwise layers to their kernel; the rest to the implicit-
+/// GEMM kernel with a compiled policy picked by size class and architecture (or forced), the
+/// batch split across launches beyond the grid limit, and the reduction split across blocks
+/// (split-K) when the caller gave a workspace and the layer has too few tiles to fill the
+/// device. Included only by translation units compiled by nvcc.
+#pragma once
+
+#include <gpubatch/conv_policy.hpp>
+#include <gpubatch/conv_problem.hpp>
+#include <gpubatch/detail/conv/kernels.cuh>
+#include <gpubatch/detail/conv/problem.hpp>
+#include <gpubatch/detail/gemm/dispatch.cuh>
+#include <gpubatch/detail/gemm/problem.hpp>
+#include <gpubatch/error.hpp>
+#include <gpubatch/numeric.hpp>
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <type_traits>
+
+namespace gpubatch::detail::cuda_conv {
+
+/// Streaming multiprocessors of the current device.
+inline int sm_count() {
+  int device = 0, sms = 0;
+  GPUBATCH_CUDA_TRY(cudaGetDevice(&device));
+  GPUBATCH_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return sms;
+}
+
+template <class P>
+struct policy_tag {
+  using type = P;
+};
+
+/// Calls f(policy_tag<P>{}) with the forced policy, or the default one the run-time heuristic
+/// picks for the architecture and size class. The workspace query goes through the same choice.
+template <class Policy, class Element, class F>
+void with_policy(int arch, size_class size, F&& f) {
+  using E = std::remove_const_t<Element>;
+  if constexpr (!std::is_void_v<Policy>) {
+    (void)arch;
+    (void)size;
+    f(policy_tag<Policy>{});
+  } else if (arch >= 90) {
+    if (size == size_class::large) {
+      f(policy_tag<typename default_conv2d_policy<E, 90, size_class::large>::type>{});
+    } else {
+      f(policy_tag<typename default_conv2d_policy<E, 90, size_class::medium>::type>{});
+    }
+  } else {
+    if (size == size_class::large) {
+      f(policy_tag<typename default_conv2d_policy<E, 80, size_class::large>::type>{});
+    } else {
+      f(policy_tag<typename default_conv2d_policy<E, 80, size_class::medium>::type>{});
+    }
+  }
+}
+
+/// No split: one slice covering any reduction.
+template <class Compute>
+constexpr split_k<Compute> no_split() {
+  return {1, index_t{1} << 62, nullptr, 0};
+}
+
+/// The split-K plan of a uniform batch: slices only when the output tiles (times the implicit
+/// GEMMs) fill less than one wave of the device, each slice keeping at least 4 K tiles, at most
+/// 16 slices, aiming at two waves.
+template <class Policy, class Compute, class TX, class TW, class TY>
+split_k<Compute> plan_split(const conv::fprop_batch<TX, TW, TY>& batch, int sms) {
+  const index_t m = batch.gemm_m(), n = batch.geo.kg(), k = batch.geo.gemm_k();
+  const index_t blocks = ceil_div(m, Policy::tile_m) * ceil_div(n, Policy::tile_n) * batch.count();
+  if (blocks <= 0 || blocks >= sms) {
+    return no_split<Compute>();
+  }
+  const index_t by_occupancy = ceil_div(2 * index_t{sms}, blocks);
+  const index_t by_depth = k / (4 * Policy::tile_k);
+  const index_t wanted = std::min<index_t>({by_occupancy, by_depth, 16});
+  if (wanted <= 1) {
+    return no_split<Compute>();
+  }
+  const index_t chunk = ceil_div(ceil_div(k, wanted), Policy::tile_k) * Policy::tile_k;
+  const index_t count = ceil_div(k, chunk);  // every slice non-empty
+  if (count <= 1) {
+    return no_split<Compute>();
+  }
+  return {count, chunk, nullptr, batch.count()};
+}
+
+/// Workspace bytes a split plan needs.
+template <class Compute, class TX, class TW, class TY>
+std::size_t split_bytes(const conv::fprop_batch<TX, TW, TY>& batch, const split_k<Compute>& s) {
+  if (s.count <= 1) {
+    return 0;
+  }
+  return static_cast<std::size_t>(s.count * s.problems * batch.gemm_m() * batch.geo.kg()) *
+         sizeof(Compute);
+}
+
+/// conv2d_workspace_size on the CUDA backend.
+template <class Policy, class TX, class TW, class TY>
+std::size_t workspace_bytes(const conv::fprop_batch<TX, TW, TY>& batch) {
+  using compute = compute_type_t<std::remove_const_t<TX>>;
+  if (std::is_void_v<Policy> && batch.geo.cg() == 1) {
+    return 0;  // the depthwise kernel needs none
+  }
+  std::size_t bytes = 0;
+  const int sms = sm_count();
+  with_policy<Policy, TX>(cuda_gemm::current_arch(),
+                          classify_conv2d(batch.gemm_m(), batch.geo.kg(), batch.geo.gemm_k()),
+                          [&](auto tag) {
+                            using P = typename decltype(tag)::type;
+                            bytes = split_bytes(batch, plan_split<P, compute>(batch, sms));
+                          });
+  return bytes;
+}
+
+template <class Policy, class Batch, class Compute, class Epilogue>
+void launch_implicit(cudaStream_t stream, const Batch& batch, index_t max_m, index_t max_n,
+                     split_k<Compute> split, Compute alpha, Compute beta,
+                     const Epilogue& epilogue) {
+  constexpr std::int64_t shared_bytes = std::int64_t{Policy::stages} *
+                                        (Policy::tile_m + Policy::tile_n) * Policy::tile_k *
+                                        static_cast<std::int64_t>(sizeof(Compute));
+  static_assert(shared_bytes <= 227 * 1024,
+                "gpubatch::gemm_policy: the tile needs more shared memory than a block can have "
+                "(227 KiB on sm_90); use a smaller tile or fewer stages");
+  const auto kernel = implicit_gemm_kernel<Policy, Batch, Compute, Epilogue>;
+  cuda_gemm::allow_shared_bytes(kernel, shared_bytes);
+  const index_t tiles_n = ceil_div(max_n, Policy::tile_n);
+  const index_t tiles = ceil_div(max_m, Policy::tile_m) * tiles_n;
+  if (tiles > 0x7fffffff) {
+    throw invalid_argument("y", "too many output tiles for one grid (" + std::to_string(tiles) + ")");
+  }
+  const index_t count = batch.count();
+  const index_t launches = launch_count(count, Policy::max_blocks_per_launch);
+  for (index_t l = 0; l < launches; ++l) {
+    const launch_slice slice = slice_of_launch(count, Policy::max_blocks_per_launch, l);
+    const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(slice.count),
+                    static_cast<unsigned>(split.count));
+    kernel<<<grid, Policy::threads, static_cast<std::size_t>(shared_bytes), stream>>>(
+        batch, slice.first, tiles_n, split, alpha, beta, epilogue);
+    GPUBATCH_CUDA_TRY(cudaGetLastError());
+  }
+  if (split.count > 1) {
+    constexpr int threads = 256;
+    const index_t total = split.problems * max_m * max_n;
+    const index_t blocks = std::min<index_t>(ceil_div(total, threads), index_t{1} << 20);
+    split_k_reduce_kernel<threads><<<static_cast<unsigned>(blocks), threads, 0, stream>>>(
+        batch, split, max_m, max_n, alpha, beta, epilogue);
+    GPUBATCH_CUDA_TRY(cudaGetLastError());
+  }
+}
+
+template <class TX, class TW, class TY, class Compute, class Epilogue>
+void launch_depthwise(cudaStream_t stream, const conv::fprop_batch<TX, TW, TY>& batch,
+                      Compute alpha, Compute beta, const Epilogue& epilogue) {
+  constexpr int threads = 256;
+  const index_t total = batch.geo.n * batch.geo.k * batch.geo.pixels();
+  const index_t blocks = std::min<index_t>(ceil_div(total, threads), index_t{1} << 20);
+  depthwise_kernel<threads><<<static_cast<unsigned>(blocks), threads, 0, stream>>>(
+      batch, alpha, beta, epilogue);
+  GPUBATCH_CUDA_TRY(cudaGetLastError());
+}
+
+/// A uniform convolution (shared or per-sample filters).
+template <class Policy, class TX, class TW, class TY, class Compute, class Epilogue>
+void dispatch(cudaStream_t stream, const conv::fprop_batch<TX, TW, TY>& batch, Compute alpha,
+              Compute beta, const Epilogue& epilogue, const conv2d_options& options) {
+  if constexpr (std::is_void_v<Policy>) {
+    if (batch.geo.cg() == 1) {
+      launch_depthwise(stream, batch, alpha, beta, epilogue);
+      return;
+    }
+  }
+  const index_t m = batch.gemm_m(), n = batch.geo.kg(), k = batch.geo.gemm_k();
+  // The device is queried for split-K only when the caller offers a workspace.
+  const int sms = options.workspace != nullptr ? sm_count() : 0;
+  with_policy<Policy, TX>(cuda_gemm::current_arch(), classify_conv2d(m, n, k), [&](auto tag) {
+    using P = typename decltype(tag)::type;
+    split_k<Compute> split = no_split<Compute>();
+    if (options.workspace != nullptr) {
+      split = plan_split<P, Compute>(batch, sms);
+      if (split.count > 1 && split_bytes(batch, split) <= options.workspace_bytes) {
+        split.workspace = static_cast<Compute*>(options.workspace);
+      } else {
+        split = no_split<Compute>();  // too small a workspace: run without splitting
+      }
+    }
+    launch_implicit<P>(stream, batch, m, n, split, alpha, beta, epilogue);
+  });
+}
+
+/// A grouped batch: the grid is sized from the caller's bounds; no split-K (the reduction
+/// lengths are in device memory).
+template <class Policy, class TX, class TW, class TY, class Compute, class Epilogue>
+void dispatch(cudaStream_t stream, const conv::grouped_fprop_batch<TX, TW, TY>& batch,
+              Compute alpha, Compute beta, const Epilogue& epilogue,
+              const conv2d_options& /*options: no workspace use for grouped batches*/) {
+  const grouped_conv2d_bounds& b = batch.bounds;
+  with_policy<Policy, TX>(cuda_gemm::current_arch(),
+                          classify_conv2d(b.max_output_pixels, b.max_k_per_group, 0),
+                          [&](auto tag) {
+                            using P = typename decltype(tag)::type;
+                            launch_implicit<P>(stream, batch, b.max_output_pixels,
+                                               b.max_k_per_group, no_split<Compute>(), alpha,
+                                               beta, epilogue);
+                          });
+}
+
+}  // namespace gpubatch::detail::cuda_conv

@@ -1,0 +1,415 @@
+/// @file detail/conv/host.hpp
+/// @brief The host backend of convolution. Three paths, chosen by layer shape:
+///  - depthwise (one input channel per group): direct loops, vectorised across channels (NHWC)
+///    or across output columns (NCHW);
+///  - direct, for groups with few output channels, where a GEMM micro-tile would idle;
+///  - implicit GEMM for the rest: im2col panels gathered chunk by chunk into a per-thread
+///    scratch and multiplied by the host GEMM's register-blocked micro-kernel against filters
+///    packed once per call.
+/// Parallel (OpenMP) across samples, groups, output rows and output-channel blocks.
+#pragma once
+
+#include <gpubatch/detail/conv/problem.hpp>
+#include <gpubatch/detail/gemm/host.hpp>
+#include <gpubatch/detail/gemm/problem.hpp>
+#include <gpubatch/detail/host/parallel.hpp>
+#include <gpubatch/execution.hpp>
+
+#include <algorithm>
+#include <cstddef>
+#include <memory>
+
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
+
+namespace gpubatch::detail::host_conv {
+
+using conv::fprop_batch;
+using conv::fprop_gemm;
+
+/// Threads a call may use.
+inline int thread_count(host_exec exec) {
+#if defined(_OPENMP)
+  return exec.max_threads > 0 ? exec.max_threads : omp_get_max_threads();
+#else
+  (void)exec;
+  return 1;
+#endif
+}
+
+/// Blocking of the implicit-GEMM path, on top of the GEMM micro-tile (tuning<Compute>).
+struct blocking {
+  /// Reduction chunk: an A block of mc x kc (about 100 KiB of f32) stays in L2 while a B strip
+  /// chunk of kc x nr (16 KiB with AVX2) stays in L1.
+  static constexpr index_t kc = 256;
+  /// Output channels one task covers; its accumulators (mc x nc) are reused across chunks.
+  static constexpr index_t nc = 256;
+};
+
+/// Uninitialised host storage for a call's packed filters.
+template <class T>
+std::unique_ptr<T[]> uninitialised(index_t count) {
+  return std::unique_ptr<T[]>(new T[static_cast<std::size_t>(count > 0 ? count : 1)]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Depthwise: every output channel reads one input channel (C / groups = 1).
+
+/// Filters as [set][r * S + s][k], so that a pixel's K outputs accumulate as one vector loop.
+template <class Compute, class TX, class TW, class TY>
+std::unique_ptr<Compute[]> pack_depthwise_filters(const fprop_batch<TX, TW, TY>& batch) {
+  const auto& geo = batch.geo;
+  const index_t sets = batch.per_sample ? geo.n : 1;
+  const index_t window = geo.r * geo.s;
+  auto packed = uninitialised<Compute>(sets * window * geo.k);
+  for (index_t set = 0; set < sets; ++set) {
+    const TW* w = batch.filters_of(set);
+    for (index_t ik = 0; ik < geo.k; ++ik) {
+      for (index_t rs = 0; rs < window; ++rs) {
+        packed[(set * window + rs) * geo.k + ik] = convert<Compute>(w[ik * window + rs]);
+      }
+    }
+  }
+  return packed;
+}
+
+template <class Compute, class TX, class TW, class TY, class Epilogue>
+void depthwise(host_exec exec, const fprop_batch<TX, TW, TY>& batch, Compute alpha, Compute beta,
+               const Epilogue& epilogue) {
+  const auto& geo = batch.geo;
+  const auto packed = pack_depthwise_filters<Compute>(batch);
+  const Compute* const filters = packed.get();
+  const index_t window = geo.r * geo.s;
+  const index_t multiplier = geo.kg();  // output channels per input channel
+  if (geo.nhwc()) {
+    // One task per output row; a pixel's K accumulators form one vector loop over channels.
+    host_parallel_for(exec, geo.n * geo.p, schedule::uniform, [&](index_t task) {
+      const index_t sample = task / geo.p, op = task % geo.p;
+      const Compute* const set = filters + (batch.per_sample ? sample : 0) * window * geo.k;
+      Compute* const acc = host_gemm::scratch<Compute>(static_cast<std::size_t>(geo.k), 1);
+      for (index_t oq = 0; oq < geo.q; ++oq) {
+        std::fill(acc, acc + geo.k, Compute(0));
+        for (index_t ir = 0; ir < geo.r; ++ir) {
+          const index_t ih = op * geo.stride_h - geo.pad_h + ir * geo.dilation_h;
+          if (ih < 0 || ih >= geo.h) continue;
+          for (index_t is = 0; is < geo.s; ++is) {
+            const index_t iw = oq * geo.stride_w - geo.pad_w + is * geo.dilation_w;
+            if (iw < 0 || iw >= geo.w) continue;
+            const TX* const xp = batch.x + geo.x_offset(sample, 0, ih, iw);
+            const Compute* const wp = set + (ir * geo.s + is) * geo.k;
+            if (multiplier == 1) {
+              for (index_t ik = 0; ik < geo.k; ++ik) acc[ik] += convert<Compute>(xp[ik]) * wp[ik];
+            } else {
+              for (index_t ik = 0; ik < geo.k; ++ik) {
+                acc[ik] += convert<Compute>(xp[ik / multiplier]) * wp[ik];
+              }
+            }
+          }
+        }
+        const index_t pixel = op * geo.q + oq;
+        TY* const yp = batch.y + geo.y_offset(sample, 0, pixel);
+        const conv::conv_position pos = batch.position(sample, pixel, 0);
+        for (index_t ik = 0; ik < geo.k; ++ik) {
+          store_output(yp[ik], acc[ik], alpha, beta, epilogue, pos.batch, pos.row, ik);
+        }
+      }
+    });
+  } else {
+    // One task per output plane; each filter tap adds a shifted input row to the plane.
+    host_parallel_for(exec, geo.n * geo.k, schedule::uniform, [&](index_t task) {
+      const index_t sample = task / geo.k, ik = task % geo.k;
+      const Compute* const set = filters + (batch.per_sample ? sample : 0) * window * geo.k;
+      Compute* const acc = host_gemm::scratch<Compute>(static_cast<std::size_t>(geo.pixels()), 1);
+      std::fill(acc, acc + geo.pixels(), Compute(0));
+      const TX* const plane = batch.x + geo.x_offset(sample, ik / multiplier, 0, 0);
+      for (index_t ir = 0; ir < geo.r; ++ir) {
+        for (index_t is = 0; is < geo.s; ++is) {
+          const Compute wv = set[(ir * geo.s + is) * geo.k + ik];
+          // Output columns whose tap lands inside the row: 0 <= oq * stride + shift < W.
+          const index_t shift = is * geo.dilation_w - geo.pad_w;
+          const index_t q_begin = shift >= 0 ? 0 : ceil_div(-shift, geo.stride_w);
+          const index_t q_end =
+              geo.w - 1 - shift < 0 ? 0 : std::min(geo.q, (geo.w - 1 - shift) / geo.stride_w + 1);
+          for (index_t op = 0; op < geo.p; ++op) {
+            const index_t ih = op * geo.stride_h - geo.pad_h + ir * geo.dilation_h;
+            if (ih < 0 || ih >= geo.h) continue;
+            const TX* const row = plane + ih * geo.w;
+            Compute* const out = acc + op * geo.q;
+            for (index_t oq = q_begin; oq < q_end; ++oq) {
+              out[oq] += wv * convert<Compute>(row[oq * geo.stride_w + shift]);
+            }
+          }
+        }
+      }
+      TY* const yp = batch.y + geo.y_offset(sample, ik, 0);
+      for (index_t pixel = 0; pixel < geo.pixels(); ++pixel) {
+        const conv::conv_position pos = batch.position(sample, pixel, ik);
+        store_output(yp[pixel], acc[pixel], alpha, beta, epilogue, pos.batch, pos.row, ik);
+      }
+    });
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Direct: groups with few output channels (a GEMM micro-tile would be mostly padding).
+
+/// Filters as [set][group][r][s][c][j]: the group's output channels j innermost.
+template <class Compute, class TX, class TW, class TY>
+std::unique_ptr<Compute[]> pack_direct_filters(const fprop_batch<TX, TW, TY>& batch) {
+  const auto& geo = batch.geo;
+  const index_t sets = batch.per_sample ? geo.n : 1;
+  const index_t cg = geo.cg(), kg = geo.kg();
+  auto packed = uninitialised<Compute>(sets * geo.filter_set_size());
+  Compute* out = packed.get();
+  for (index_t set = 0; set < sets; ++set) {
+    const TW* const w = batch.filters_of(set);
+    for (index_t g = 0; g < geo.groups; ++g) {
+      for (index_t ir = 0; ir < geo.r; ++ir) {
+        for (index_t is = 0; is < geo.s; ++is) {
+          for (index_t ic = 0; ic < cg; ++ic) {
+            for (index_t j = 0; j < kg; ++j) {
+              *out++ = convert<Compute>(w[geo.w_offset(g * kg + j, ic, ir, is)]);
+            }
+          }
+        }
+      }
+    }
+  }
+  return packed;
+}
+
+template <class Compute, class TX, class TW, class TY, class Epilogue>
+void direct(host_exec exec, const fprop_batch<TX, TW, TY>& batch, Compute alpha, Compute beta,
+            const Epilogue& epilogue) {
+  const auto& geo = batch.geo;
+  const auto packed = pack_direct_filters<Compute>(batch);
+  const Compute* const filters = packed.get();
+  const index_t cg = geo.cg(), kg = geo.kg();
+  const index_t channel_stride = geo.nhwc() ? 1 : geo.h * geo.w;
+  // One task per (sample, group, output row).
+  host_parallel_for(exec, geo.n * geo.groups * geo.p, schedule::uniform, [&](index_t task) {
+    const index_t op = task % geo.p;
+    const index_t g = (task / geo.p) % geo.groups;
+    const index_t sample = task / (geo.p * geo.groups);
+    const Compute* const group_filters =
+        filters + ((batch.per_sample ? sample : 0) * geo.groups + g) * geo.r * geo.s * cg * kg;
+    Compute* const acc = host_gemm::scratch<Compute>(static_cast<std::size_t>(kg), 1);
+    for (index_t oq = 0; oq < geo.q; ++oq) {
+      std::fill(acc, acc + kg, Compute(0));
+      for (index_t ir = 0; ir < geo.r; ++ir) {
+        const index_t ih = op * geo.stride_h - geo.pad_h + ir * geo.dilation_h;
+        if (ih < 0 || ih >= geo.h) continue;
+        for (index_t is = 0; is < geo.s; ++is) {
+          const index_t iw = oq * geo.stride_w - geo.pad_w + is * geo.dilation_w;
+          if (iw < 0 || iw >= geo.w) continue;
+          const TX* const xp = batch.x + geo.x_offset(sample, g * cg, ih, iw);
+          const Compute* wp = group_filters + (ir * geo.s + is) * cg * kg;
+          for (index_t ic = 0; ic < cg; ++ic, wp += kg) {
+            const Compute xv = convert<Compute>(xp[ic * channel_stride]);
+            for (index_t j = 0; j < kg; ++j) acc[j] += xv * wp[j];
+          }
+        }
+      }
+      const index_t pixel = op * geo.q + oq;
+      for (index_t j = 0; j < kg; ++j) {
+        const index_t ik = g * kg + j;
+        const conv::conv_position pos = batch.position(sample, pixel, ik);
+        store_output(batch.y[geo.y_offset(sample, ik, pixel)], acc[j], alpha, beta, epilogue,
+                     pos.batch, pos.row, pos.col);
+      }
+    }
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Implicit GEMM: im2col chunks through the host GEMM micro-kernel.
+
+/// Gathers rows [i0, i0 + rows) x reduction indices [k0, k0 + kc) of the im2col matrix A into
+/// MR-row strips, k-major (the host GEMM's packed-A format), zero for padding and missing rows.
+template <class Compute, class TX, class TW, class TY>
+void pack_a(const fprop_gemm<TX, TW, TY>& g, index_t i0, index_t rows, index_t k0, index_t kc,
+            Compute* out) {
+  constexpr int mr = host_gemm::tuning<Compute>::mr;
+  const auto& geo = g.geo;
+  using cursor = typename fprop_gemm<TX, TW, TY>::row_cursor;
+  for (index_t s0 = 0; s0 < rows; s0 += mr, out += kc * mr) {
+    cursor cur[mr];
+    for (int r = 0; r < mr; ++r) {
+      cur[r] = s0 + r < rows ? g.row(i0 + s0 + r) : cursor{nullptr, 0, 0};
+    }
+    if (geo.nhwc()) {
+      // Row by row: for each filter tap, a run of C/g adjacent channels is copied at once.
+      const index_t cg = geo.cg();
+      for (int r = 0; r < mr; ++r) {
+        Compute* const column = out + r;
+        if (cur[r].base == nullptr) {
+          for (index_t kk = 0; kk < kc; ++kk) column[kk * mr] = Compute(0);
+          continue;
+        }
+        index_t kk = k0;
+        const index_t tap = kk / cg;
+        index_t ic = kk - tap * cg, ir = tap / geo.s, is = tap % geo.s;
+        while (kk < k0 + kc) {
+          const index_t run = std::min(cg - ic, k0 + kc - kk);
+          const index_t ih = cur[r].ih0 + ir * geo.dilation_h;
+          const index_t iw = cur[r].iw0 + is * geo.dilation_w;
+          Compute* const dst = column + (kk - k0) * mr;
+          if (ih >= 0 && ih < geo.h && iw >= 0 && iw < geo.w) {
+            const TX* const src = cur[r].base + (ih * geo.w + iw) * geo.c + ic;
+            for (index_t t = 0; t < run; ++t) dst[t * mr] = convert<Compute>(src[t]);
+          } else {
+            for (index_t t = 0; t < run; ++t) dst[t * mr] = Compute(0);
+          }
+          kk += run;
+          ic = 0;
+          if (++is == geo.s) {
+            is = 0;
+            ++ir;
+          }
+        }
+      }
+    } else {
+      // kk by kk: the strip's rows are mostly adjacent output columns of one output row, so
+      // for a tap inside the input they read one strided run of x.
+      const index_t window = geo.r * geo.s;
+      const index_t sw = geo.stride_w;
+      const bool one_row = cur[0].base != nullptr && cur[mr - 1].base == cur[0].base &&
+                           cur[mr - 1].ih0 == cur[0].ih0 &&
+                           cur[mr - 1].iw0 == cur[0].iw0 + (mr - 1) * sw;
+      index_t ic = k0 / window, ir = (k0 % window) / geo.s, is = k0 % geo.s;
+      for (index_t kk = 0; kk < kc; ++kk) {
+        Compute* const dst = out + kk * mr;
+        const index_t ih = cur[0].ih0 + ir * geo.dilation_h;
+        const index_t iw = cur[0].iw0 + is * geo.dilation_w;
+        if (one_row && ih >= 0 && ih < geo.h && iw >= 0 && iw + (mr - 1) * sw < geo.w) {
+          const TX* const src = cur[0].base + (ic * geo.h + ih) * geo.w + iw;
+          for (int r = 0; r < mr; ++r) dst[r] = convert<Compute>(src[r * sw]);
+        } else if (one_row && (ih < 0 || ih >= geo.h)) {
+          for (int r = 0; r < mr; ++r) dst[r] = Compute(0);
+        } else {
+          for (int r = 0; r < mr; ++r) {
+            const index_t rh = cur[r].ih0 + ir * geo.dilation_h;
+            const index_t rw = cur[r].iw0 + is * geo.dilation_w;
+            const bool inside =
+                cur[r].base != nullptr && rh >= 0 && rh < geo.h && rw >= 0 && rw < geo.w;
+            dst[r] = inside ? convert<Compute>(cur[r].base[(ic * geo.h + rh) * geo.w + rw])
+                            : Compute(0);
+          }
+        }
+        if (++is == geo.s) {
+          is = 0;
+          if (++ir == geo.r) {
+            ir = 0;
+            ++ic;
+          }
+        }
+      }
+    }
+  }
+}
+
+/// Output block [i0, i0 + rows) x [j0, j0 + cols) of one implicit GEMM, `packed_b` pointing at
+/// the packed strip of column j0.
+template <class Compute, class TX, class TW, class TY, class Epilogue>
+void gemm_block(const fprop_gemm<TX, TW, TY>& g, const Compute* packed_b, index_t i0,
+                index_t rows, index_t j0, index_t cols, Compute alpha, Compute beta,
+                const Epilogue& epilogue) {
+  constexpr int mr = host_gemm::tuning<Compute>::mr;
+  constexpr int nr = host_gemm::tuning<Compute>::nr;
+  const index_t gk = g.k();
+  const index_t kc = std::min(blocking::kc, gk);
+  const index_t a_strips = ceil_div(rows, mr);
+  const index_t b_strips = ceil_div(cols, nr);
+  const index_t ldc = b_strips * nr;
+  Compute* const a = host_gemm::scratch<Compute>(static_cast<std::size_t>(a_strips * mr * kc), 0);
+  Compute* const sums = host_gemm::scratch<Compute>(static_cast<std::size_t>(a_strips * mr * ldc), 1);
+  alignas(64) Compute acc[mr * nr];
+  for (index_t k0 = 0; k0 < gk; k0 += kc) {
+    const index_t kcur = std::min(kc, gk - k0);
+    pack_a(g, i0, rows, k0, kcur, a);
+    for (index_t sj = 0; sj < b_strips; ++sj) {
+      const Compute* const b = packed_b + sj * nr * gk + k0 * nr;
+      for (index_t si = 0; si < a_strips; ++si) {
+        host_gemm::micro_kernel(kcur, a + si * mr * kcur, b, acc);
+        Compute* const tile = sums + si * mr * ldc + sj * nr;
+        for (int r = 0; r < mr; ++r) {
+          for (int c = 0; c < nr; ++c) {
+            tile[r * ldc + c] = k0 == 0 ? acc[r * nr + c] : tile[r * ldc + c] + acc[r * nr + c];
+          }
+        }
+      }
+    }
+  }
+  const index_t stride = g.geo.y_channel_stride();
+  for (index_t r = 0; r < rows; ++r) {
+    TY* const out = &g.c(i0 + r, j0);
+    const conv::conv_position pos = g.position(i0 + r, j0);
+    for (index_t c = 0; c < cols; ++c) {
+      store_output(out[c * stride], sums[r * ldc + c], alpha, beta, epilogue, pos.batch, pos.row,
+                   pos.col + c);
+    }
+  }
+}
+
+template <class Compute, class TX, class TW, class TY, class Epilogue>
+void implicit_gemm(host_exec exec, const fprop_batch<TX, TW, TY>& batch, Compute alpha,
+                   Compute beta, const Epilogue& epilogue) {
+  constexpr int nr = host_gemm::tuning<Compute>::nr;
+  const index_t count = batch.count();
+  const index_t gm = batch.gemm_m(), gn = batch.geo.kg(), gk = batch.geo.gemm_k();
+  // Every implicit GEMM's filters packed once into the micro-kernel's NR-column strips.
+  const index_t packed_size = ceil_div(gn, nr) * nr * gk;
+  const auto packed = uninitialised<Compute>(count * packed_size);
+  host_parallel_for(exec, count, schedule::uniform, [&](index_t i) {
+    const auto g = batch.problem(i);
+    host_gemm::pack_b<Compute>(matrix_ref<const TW>{g.w, {1, gk}}, gk, 0, gn,
+                               packed.get() + i * packed_size);
+  });
+  const index_t mc = std::min<index_t>(host_gemm::tuning<Compute>::mc, gm);
+  const index_t nc = std::min<index_t>(blocking::nc, ceil_div(gn, nr) * nr);
+  const index_t m_blocks = ceil_div(gm, mc), n_blocks = ceil_div(gn, nc);
+  const index_t per_problem = m_blocks * n_blocks;
+  // Consecutive tasks share a filter block, which stays in cache while they run.
+  host_parallel_for(exec, count * per_problem, schedule::dynamic, [&](index_t task) {
+    const index_t i = task / per_problem, block = task % per_problem;
+    const index_t i0 = (block % m_blocks) * mc, j0 = (block / m_blocks) * nc;
+    gemm_block(batch.problem(i), packed.get() + i * packed_size + j0 * gk, i0,
+               std::min(mc, gm - i0), j0, std::min(nc, gn - j0), alpha, beta, epilogue);
+  });
+}
+
+/// One uniform convolution (shared or per-sample filters) on the best path for its shape.
+template <class Compute, class TX, class TW, class TY, class Epilogue>
+void run(host_exec exec, const fprop_batch<TX, TW, TY>& batch, Compute alpha, Compute beta,
+         const Epilogue& epilogue) {
+  const auto& geo = batch.geo;
+  if (geo.n == 0 || geo.k == 0 || geo.gemm_k() == 0 || geo.pixels() == 0) {
+    return;
+  }
+  if (geo.cg() == 1) {
+    depthwise(exec, batch, alpha, beta, epilogue);
+  } else if (2 * geo.kg() < host_gemm::tuning<Compute>::nr) {
+    direct(exec, batch, alpha, beta, epilogue);
+  } else {
+    implicit_gemm(exec, batch, alpha, beta, epilogue);
+  }
+}
+
+/// A grouped batch: many problems run side by side, each on one thread; a few run one after
+/// another, each across all threads.
+template <class Compute, class TX, class TW, class TY, class Epilogue>
+void run(host_exec exec, const conv::grouped_fprop_batch<TX, TW, TY>& batch, Compute alpha,
+         Compute beta, const Epilogue& epilogue) {
+  if (batch.problem_count >= 4 * static_cast<index_t>(thread_count(exec))) {
+    host_parallel_for(exec, batch.problem_count, schedule::dynamic, [&](index_t i) {
+      run(exec, batch.descriptor(i), alpha, beta, epilogue);  // nested loops run serially
+    });
+  } else {
+    for (index_t i = 0; i < batch.problem_count; ++i) {
+      run(exec, batch.descriptor(i), alpha, beta, epilogue);
+    }
+  }
+}
+
+}  // namespace gpubatch::detail::host_conv

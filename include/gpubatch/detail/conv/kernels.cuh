@@ -1,0 +1,249 @@
+/// @file detail/conv/kernels.cuh
+/// @brief CUDA convolution kernels; included only by translation units compiled by nvcc.
+///
+/// - implicit_gemm_kernel: the GEMM tile machinery of detail/gemm/kernels.cuh (a TileM x TileN
+///   output tile per block, TM x TN accumulators per thread, K steps staged in shared memory
+///   with register-prefetched double buffering) over an implicit-GEMM mapping
+///   (detail/conv/problem.hpp): A is gathered from x on the fly, with zero padding, dilation and
+///   stride resolved per element, so NCHW and NHWC need no layout pass and no im2col buffer.
+///   Each thread resolves its A rows (sample, input origin) once per block; only the reduction
+///   index is decoded per K step. grid.x walks output tiles, grid.y implicit GEMMs (groups, or
+///   (sample, group) pairs with per-sample filters, or grouped problems), grid.z split-K slices.
+/// - split_k_reduce_kernel: sums the split-K slices and applies the epilogue.
+/// - depthwise_kernel: one output element per thread, channels (NHWC) or output columns (NCHW)
+///   adjacent across a warp so loads and stores coalesce.
+///
+/// The index math, padding predicates and the epilogue store are the __host__ __device__ code
+/// of detail/conv/problem.hpp and detail/gemm/problem.hpp that the host tests exercise.
+#pragma once
+
+#include <gpubatch/config.hpp>
+#include <gpubatch/detail/conv/problem.hpp>
+#include <gpubatch/detail/gemm/kernels.cuh>
+#include <gpubatch/detail/gemm/problem.hpp>
+
+#include <type_traits>
+
+GPUBATCH_KERNELS_BEGIN
+
+namespace gpubatch::detail::cuda_conv {
+
+/// How a launch divides the reduction: `count` slices of `chunk` elements (a multiple of the K
+/// tile). With count > 1 every slice writes its partial sums to `workspace`, laid out
+/// [slice][implicit GEMM][m][n] over the call's `problems` GEMMs, and split_k_reduce_kernel
+/// finishes them.
+template <class Compute>
+struct split_k {
+  index_t count;
+  index_t chunk;
+  Compute* workspace;
+  index_t problems;
+};
+
+/// One output tile of one implicit GEMM per block. Every problem of a launch has the same
+/// m and n (uniform batches) or at most the bounds the grid was sized from (grouped batches).
+template <class Policy, class Batch, class Compute, class Epilogue>
+GPUBATCH_KERNEL void __launch_bounds__(Policy::threads)
+    implicit_gemm_kernel(Batch batch, index_t first_problem, index_t tiles_n,
+                         split_k<Compute> split, Compute alpha, Compute beta, Epilogue epilogue) {
+  constexpr int BM = Policy::tile_m, BN = Policy::tile_n, BK = Policy::tile_k;
+  constexpr int T = Policy::threads;
+  static_assert(Policy::stages <= 2, "gpubatch: the SIMT convolution kernel pipelines 1 or 2 stages");
+  static_assert((BM * BK) % T == 0 && (BK * BN) % T == 0,
+                "gpubatch: the policy's A and B tiles must divide evenly among its threads");
+  constexpr int TN = cuda_gemm::register_tile_cols(Policy::accumulators_per_thread);
+  constexpr int TM = Policy::accumulators_per_thread / TN;
+  static_assert(TM * TN == Policy::accumulators_per_thread && BM % TM == 0 && BN % TN == 0,
+                "gpubatch: the policy's tile does not map onto its threads");
+  constexpr int threads_n = BN / TN;
+  constexpr int a_per_thread = BM * BK / T;
+  constexpr int b_per_thread = BK * BN / T;
+  constexpr int stage_elems = (BM + BN) * BK;
+
+  extern __shared__ unsigned char conv_shared[];
+  Compute* const shared = reinterpret_cast<Compute*>(conv_shared);
+
+  const index_t index = first_problem + blockIdx.y;
+  const auto g = batch.problem(index);
+  using mapping = std::remove_cv_t<decltype(g)>;
+  const index_t m = g.m(), n = g.n(), k = g.k();
+  const index_t tile_row = static_cast<index_t>(blockIdx.x / tiles_n) * BM;
+  const index_t tile_col = static_cast<index_t>(blockIdx.x % tiles_n) * BN;
+  if (tile_row >= m || tile_col >= n || k <= 0) {
+    return;  // a problem smaller than the grid's bounds, or an empty group (block-uniform)
+  }
+  const index_t k_begin = static_cast<index_t>(blockIdx.z) * split.chunk;
+  const index_t k_end = k_begin + split.chunk < k ? k_begin + split.chunk : k;
+  const int tid = static_cast<int>(threadIdx.x);
+
+  // A elements of this thread: fixed (row, kk-offset) positions in the tile. Consecutive threads
+  // walk kk when the gather is contiguous along kk (NHWC channels), else the rows (NCHW
+  // output columns), so warps read adjacent addresses.
+  const bool a_k_fast = g.a_k_contiguous();
+  typename mapping::row_cursor a_rows[a_per_thread];
+  int a_row_in_tile[a_per_thread];
+  int a_kk_in_tile[a_per_thread];
+#pragma unroll
+  for (int r = 0; r < a_per_thread; ++r) {
+    const int e = tid + r * T;
+    a_row_in_tile[r] = a_k_fast ? e / BK : e % BM;
+    a_kk_in_tile[r] = a_k_fast ? e % BK : e / BM;
+    a_rows[r] = g.row(tile_row + a_row_in_tile[r]);  // resolved once: sample, input origin
+  }
+
+  Compute a_regs[a_per_thread];
+  Compute b_regs[b_per_thread];
+  const auto fetch = [&](index_t k0) {
+#pragma unroll
+    for (int r = 0; r < a_per_thread; ++r) {
+      const index_t kk = k0 + a_kk_in_tile[r];
+      const auto* const p = kk < k_end ? g.a(a_rows[r], kk) : nullptr;
+      a_regs[r] = p != nullptr ? convert<Compute>(*p) : Compute(0);
+    }
+#pragma unroll
+    for (int r = 0; r < b_per_thread; ++r) {
+      const int e = tid + r * T;  // B (the filters, for fprop) is contiguous along kk
+      const index_t kk = k0 + e % BK, j = tile_col + e / BK;
+      const auto* const p = (kk < k_end && j < n) ? g.b(kk, j) : nullptr;
+      b_regs[r] = p != nullptr ? convert<Compute>(*p) : Compute(0);
+    }
+  };
+  const auto stash = [&](int stage) {
+    Compute* const a_s = shared + stage * stage_elems;  // [BK][BM]
+    Compute* const b_s = a_s + BM * BK;                 // [BK][BN]
+#pragma unroll
+    for (int r = 0; r < a_per_thread; ++r) a_s[a_kk_in_tile[r] * BM + a_row_in_tile[r]] = a_regs[r];
+#pragma unroll
+    for (int r = 0; r < b_per_thread; ++r) {
+      const int e = tid + r * T;
+      b_s[(e % BK) * BN + e / BK] = b_regs[r];
+    }
+  };
+
+  Compute acc[TM][TN];
+#pragma unroll
+  for (int i = 0; i < TM; ++i)
+#pragma unroll
+    for (int j = 0; j < TN; ++j) acc[i][j] = Compute(0);
+
+  const int ty = tid / threads_n;
+  const int tx = tid % threads_n;
+  const index_t k_tiles = k_end > k_begin ? ceil_div(k_end - k_begin, BK) : 0;
+
+  if (k_tiles > 0) {
+    fetch(k_begin);
+    stash(0);
+  }
+  __syncthreads();
+  for (index_t kt = 0; kt < k_tiles; ++kt) {
+    const int stage = Policy::stages == 2 ? static_cast<int>(kt & 1) : 0;
+    const bool more = kt + 1 < k_tiles;
+    if (more) fetch(k_begin + (kt + 1) * BK);  // global loads in flight during this tile
+    const Compute* const a_s = shared + stage * stage_elems;
+    const Compute* const b_s = a_s + BM * BK;
+#pragma unroll
+    for (int p = 0; p < BK; ++p) {
+      Compute a_frag[TM], b_frag[TN];
+#pragma unroll
+      for (int i = 0; i < TM; ++i) a_frag[i] = a_s[p * BM + ty + i * (BM / TM)];
+#pragma unroll
+      for (int j = 0; j < TN; ++j) b_frag[j] = b_s[p * BN + tx + j * threads_n];
+#pragma unroll
+      for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j) acc[i][j] += a_frag[i] * b_frag[j];
+    }
+    if (more) {
+      if constexpr (Policy::stages == 1) __syncthreads();  // one buffer: wait for every reader
+      stash(Policy::stages == 2 ? 1 - stage : 0);
+    }
+    __syncthreads();
+  }
+
+#pragma unroll
+  for (int i = 0; i < TM; ++i) {
+    const index_t row = tile_row + ty + i * (BM / TM);
+#pragma unroll
+    for (int j = 0; j < TN; ++j) {
+      const index_t col = tile_col + tx + j * threads_n;
+      if (row < m && col < n) {
+        if (split.count > 1) {
+          split.workspace[((static_cast<index_t>(blockIdx.z) * split.problems + index) * m + row) * n + col] =
+              acc[i][j];
+        } else {
+          const conv::conv_position pos = g.position(row, col);
+          store_output(g.c(row, col), acc[i][j], alpha, beta, epilogue, pos.batch, pos.row,
+                       pos.col);
+        }
+      }
+    }
+  }
+}
+
+/// Sums the split-K slices of every output of a uniform batch (m x n per implicit GEMM) and
+/// stores them through the epilogue. Consecutive threads take consecutive output channels.
+template <int Threads, class Batch, class Compute, class Epilogue>
+GPUBATCH_KERNEL void __launch_bounds__(Threads)
+    split_k_reduce_kernel(Batch batch, split_k<Compute> split, index_t m, index_t n,
+                          Compute alpha, Compute beta, Epilogue epilogue) {
+  const index_t total = split.problems * m * n;
+  const index_t step = static_cast<index_t>(gridDim.x) * Threads;
+  for (index_t idx = static_cast<index_t>(blockIdx.x) * Threads + threadIdx.x; idx < total;
+       idx += step) {
+    const index_t problem = idx / (m * n);
+    const index_t row = (idx / n) % m;
+    const index_t col = idx % n;
+    Compute sum = Compute(0);
+    for (index_t z = 0; z < split.count; ++z) sum += split.workspace[z * total + idx];
+    const auto g = batch.problem(problem);
+    const conv::conv_position pos = g.position(row, col);
+    store_output(g.c(row, col), sum, alpha, beta, epilogue, pos.batch, pos.row, pos.col);
+  }
+}
+
+/// Depthwise (one input channel per group, any channel multiplier): one output per thread,
+/// grid-stride over N * K * P * Q outputs in storage order.
+template <int Threads, class TX, class TW, class TY, class Compute, class Epilogue>
+GPUBATCH_KERNEL void __launch_bounds__(Threads)
+    depthwise_kernel(conv::fprop_batch<TX, TW, TY> batch, Compute alpha, Compute beta,
+                     Epilogue epilogue) {
+  const conv::conv2d_geometry& geo = batch.geo;
+  const index_t pixels = geo.pixels();
+  const index_t total = geo.n * geo.k * pixels;
+  const index_t multiplier = geo.kg();
+  const index_t step = static_cast<index_t>(gridDim.x) * Threads;
+  for (index_t idx = static_cast<index_t>(blockIdx.x) * Threads + threadIdx.x; idx < total;
+       idx += step) {
+    index_t sample, ik, pixel;
+    if (geo.nhwc()) {
+      ik = idx % geo.k;
+      pixel = (idx / geo.k) % pixels;
+      sample = idx / (geo.k * pixels);
+    } else {
+      pixel = idx % pixels;
+      ik = (idx / pixels) % geo.k;
+      sample = idx / (pixels * geo.k);
+    }
+    const index_t op = pixel / geo.q, oq = pixel % geo.q;
+    const index_t ic = ik / multiplier;
+    const TW* const filter = batch.filters_of(sample);
+    Compute acc = Compute(0);
+    for (index_t ir = 0; ir < geo.r; ++ir) {
+      const index_t ih = op * geo.stride_h - geo.pad_h + ir * geo.dilation_h;
+      if (ih < 0 || ih >= geo.h) continue;
+      for (index_t is = 0; is < geo.s; ++is) {
+        const index_t iw = oq * geo.stride_w - geo.pad_w + is * geo.dilation_w;
+        if (iw < 0 || iw >= geo.w) continue;
+        acc += convert<Compute>(batch.x[geo.x_offset(sample, ic, ih, iw)]) *
+               convert<Compute>(filter[geo.w_offset(ik, 0, ir, is)]);
+      }
+    }
+    const conv::conv_position pos = batch.position(sample, pixel, ik);
+    store_output(batch.y[geo.y_offset(sample, ik, pixel)], acc, alpha, beta, epilogue, pos.batch,
+                 pos.row, pos.col);
+  }
+}
+
+}  // namespace gpubatch::detail::cuda_conv
+
+GPUBATCH_KERNELS_END

@@ -1,0 +1,264 @@
+/// @file detail/conv/problem.hpp
+/// @brief The convolution index math both backends share: a validated geometry, and forward
+/// propagation as an implicit GEMM whose operands are gathered on the fly.
+///
+/// Forward propagation of one group over a run of samples is the GEMM
+///   C (M x N) = A (M x K) * B (K x N),  M = samples * P * Q,  N = K_out / groups,
+///                                       K = C / groups * R * S,
+/// where A is the im2col matrix of x (never materialised: a(row, kk) gathers the element, or
+/// reports padding), B the group's filters (row kk, column j = filter j's element kk) and C the
+/// output y. The reduction index kk follows the filter layout, so B is the filter memory read
+/// as is: kk = (c * R + r) * S + s for KCRS (NCHW), kk = (r * S + s) * C/g + c for KRSC (NHWC).
+///
+/// Kernels and host loops talk to such a "mapping" through one small interface — m(), n(),
+/// k(); row(i) -> a row cursor resolved once per row; a(cursor, kk) and b(kk, j) -> pointer,
+/// or null for an implicit zero; c(i, j); position(i, j) for the epilogue; a_k_contiguous() as
+/// the coalescing hint — so backward data (M = N*H*W pixels of dx, A gathered from dy, B the
+/// filters transposed) and backward filter (M = K, N = C/g*R*S, reducing over N*P*Q with B
+/// gathered from x) slot in as two more mappings for the same kernels.
+#pragma once
+
+#include <gpubatch/config.hpp>
+#include <gpubatch/conv_problem.hpp>
+#include <gpubatch/views.hpp>
+
+namespace gpubatch::detail::conv {
+
+/// Extents, parameters and layout of one convolution, with the output extents worked out.
+struct conv2d_geometry {
+  index_t n, c, h, w;  ///< input
+  index_t k, r, s;     ///< filters
+  index_t p, q;        ///< output
+  index_t pad_h, pad_w;  ///< leading padding (trailing padding only shapes P and Q)
+  index_t stride_h, stride_w, dilation_h, dilation_w;
+  index_t groups;
+  tensor_layout order;
+
+  GPUBATCH_HOST_DEVICE index_t cg() const { return c / groups; }
+  GPUBATCH_HOST_DEVICE index_t kg() const { return k / groups; }
+  GPUBATCH_HOST_DEVICE index_t gemm_k() const { return cg() * r * s; }
+  GPUBATCH_HOST_DEVICE index_t pixels() const { return p * q; }
+  /// Elements of one set of filters (all K of them).
+  GPUBATCH_HOST_DEVICE index_t filter_set_size() const { return k * gemm_k(); }
+  GPUBATCH_HOST_DEVICE bool nhwc() const { return order == tensor_layout::nhwc; }
+  /// Offset of x(n, c, h, w) in the packed input.
+  GPUBATCH_HOST_DEVICE index_t x_offset(index_t in, index_t ic, index_t ih, index_t iw) const {
+    return nhwc() ? ((in * h + ih) * w + iw) * c + ic : ((in * c + ic) * h + ih) * w + iw;
+  }
+  /// Offset of y(n, k, pixel) in the packed output, pixel = p * Q + q.
+  GPUBATCH_HOST_DEVICE index_t y_offset(index_t in, index_t ik, index_t pixel) const {
+    return nhwc() ? (in * pixels() + pixel) * k + ik : (in * k + ik) * pixels() + pixel;
+  }
+  /// Distance between the outputs of consecutive channels of one pixel.
+  GPUBATCH_HOST_DEVICE index_t y_channel_stride() const { return nhwc() ? 1 : pixels(); }
+  /// Offset of filter element (k, c, r, s) within one filter set.
+  GPUBATCH_HOST_DEVICE index_t w_offset(index_t ik, index_t ic, index_t ir, index_t is) const {
+    return ik * gemm_k() + (nhwc() ? (ir * s + is) * cg() + ic : (ic * r + ir) * s + is);
+  }
+};
+
+/// The geometry of a convolution with valid parameters (see conv2d_output_shape).
+GPUBATCH_HOST_DEVICE conv2d_geometry make_geometry(index_t n, index_t c, index_t h, index_t w,
+                                                   index_t k, index_t r, index_t s,
+                                                   const conv2d_params& prm,
+                                                   tensor_layout order) {
+  return {n,
+          c,
+          h,
+          w,
+          k,
+          r,
+          s,
+          conv2d_output_extent(h, prm.pad_h_begin, prm.pad_h_end, r, prm.stride_h, prm.dilation_h),
+          conv2d_output_extent(w, prm.pad_w_begin, prm.pad_w_end, s, prm.stride_w, prm.dilation_w),
+          prm.pad_h_begin,
+          prm.pad_w_begin,
+          prm.stride_h,
+          prm.stride_w,
+          prm.dilation_h,
+          prm.dilation_w,
+          prm.groups,
+          order};
+}
+
+/// Where an output element sits for the epilogue: (batch, row, col) of epilogue.hpp.
+struct conv_position {
+  index_t batch, row, col;
+};
+
+/// Forward propagation of one group over samples [first_sample, first_sample + samples), as the
+/// implicit GEMM described at the top of this file.
+template <class TX, class TW, class TY>
+struct fprop_gemm {
+  conv2d_geometry geo;
+  const TX* x;   ///< the input of sample 0 of the call
+  const TW* w;   ///< this group's filters (of this sample's set): filter j at w + j * gemm_k
+  TY* y;         ///< the output of sample 0 of the call
+  index_t group;
+  index_t first_sample;
+  index_t samples;
+  index_t batch_base;    ///< epilogue batch of sample 0
+  bool samples_in_rows;  ///< grouped batches: batch = batch_base, row = n * P * Q + pixel
+
+  GPUBATCH_HOST_DEVICE index_t m() const { return samples * geo.pixels(); }
+  GPUBATCH_HOST_DEVICE index_t n() const { return geo.kg(); }
+  GPUBATCH_HOST_DEVICE index_t k() const { return geo.gemm_k(); }
+  /// Whether consecutive kk of a row are mostly adjacent in memory (NHWC: channels), so loads
+  /// should walk kk; else (NCHW) they should walk the rows (adjacent output columns).
+  GPUBATCH_HOST_DEVICE bool a_k_contiguous() const { return geo.nhwc(); }
+
+  /// A row of A resolved once: where its sample's group starts and the top-left input position
+  /// of its receptive field. Reused for every kk of the row.
+  struct row_cursor {
+    const TX* base;  ///< x(sample, group * C/g, 0, 0); null for rows past m()
+    index_t ih0, iw0;
+  };
+
+  GPUBATCH_HOST_DEVICE row_cursor row(index_t i) const {
+    if (i >= m()) {
+      return {nullptr, 0, 0};
+    }
+    const index_t pixels = geo.pixels();
+    const index_t sample = first_sample + i / pixels;
+    const index_t pixel = i % pixels;
+    const index_t op = pixel / geo.q, oq = pixel % geo.q;
+    return {x + geo.x_offset(sample, group * geo.cg(), 0, 0), op * geo.stride_h - geo.pad_h,
+            oq * geo.stride_w - geo.pad_w};
+  }
+
+  /// Element (row, kk) of A, or null where the receptive field lies in the zero padding.
+  GPUBATCH_HOST_DEVICE const TX* a(const row_cursor& cur, index_t kk) const {
+    if (cur.base == nullptr) {
+      return nullptr;
+    }
+    index_t ic, ir, is;
+    if (geo.nhwc()) {
+      const index_t rs = kk / geo.cg();
+      ic = kk - rs * geo.cg();
+      ir = rs / geo.s;
+      is = rs - ir * geo.s;
+    } else {
+      const index_t window = geo.r * geo.s;
+      ic = kk / window;
+      const index_t rs = kk - ic * window;
+      ir = rs / geo.s;
+      is = rs - ir * geo.s;
+    }
+    const index_t ih = cur.ih0 + ir * geo.dilation_h;
+    const index_t iw = cur.iw0 + is * geo.dilation_w;
+    if (ih < 0 || ih >= geo.h || iw < 0 || iw >= geo.w) {
+      return nullptr;
+    }
+    return cur.base + (geo.nhwc() ? (ih * geo.w + iw) * geo.c + ic : (ic * geo.h + ih) * geo.w + iw);
+  }
+
+  /// Element (kk, j) of B: filter j's element kk (never null for forward propagation).
+  GPUBATCH_HOST_DEVICE const TW* b(index_t kk, index_t j) const { return w + j * k() + kk; }
+
+  /// Output element (i, j).
+  GPUBATCH_HOST_DEVICE TY& c(index_t i, index_t j) const {
+    const index_t pixels = geo.pixels();
+    return y[geo.y_offset(first_sample + i / pixels, group * geo.kg() + j, i % pixels)];
+  }
+
+  /// The epilogue's coordinates of output element (i, j): (sample, pixel, channel), or for a
+  /// grouped batch (problem, sample * P * Q + pixel, channel).
+  GPUBATCH_HOST_DEVICE conv_position position(index_t i, index_t j) const {
+    const index_t pixels = geo.pixels();
+    const index_t col = group * geo.kg() + j;
+    if (samples_in_rows) {
+      return {batch_base, first_sample * pixels + i, col};
+    }
+    return {batch_base + first_sample + i / pixels, i % pixels, col};
+  }
+};
+
+/// A uniform convolution as a batch of implicit GEMMs: one per group over all samples (shared
+/// filters), or one per (sample, group) when every sample has its own filter set.
+template <class TX, class TW, class TY>
+struct fprop_batch {
+  static constexpr bool uniform = true;
+  conv2d_geometry geo;
+  const TX* x;
+  const TW* w;  ///< one filter set, or N sets back to back (per_sample)
+  TY* y;
+  bool per_sample;
+  index_t batch_base = 0;
+  bool samples_in_rows = false;
+
+  /// Number of implicit GEMMs.
+  GPUBATCH_HOST_DEVICE index_t count() const { return per_sample ? geo.n * geo.groups : geo.groups; }
+  /// Rows of every implicit GEMM.
+  GPUBATCH_HOST_DEVICE index_t gemm_m() const {
+    return per_sample ? geo.pixels() : geo.n * geo.pixels();
+  }
+  /// Filter set of sample `sample`.
+  GPUBATCH_HOST_DEVICE const TW* filters_of(index_t sample) const {
+    return per_sample ? w + sample * geo.filter_set_size() : w;
+  }
+  /// Epilogue coordinates of output (sample, pixel, channel).
+  GPUBATCH_HOST_DEVICE conv_position position(index_t sample, index_t pixel, index_t channel) const {
+    if (samples_in_rows) {
+      return {batch_base, sample * geo.pixels() + pixel, channel};
+    }
+    return {batch_base + sample, pixel, channel};
+  }
+
+  GPUBATCH_HOST_DEVICE fprop_gemm<TX, TW, TY> problem(index_t index) const {
+    const index_t group = index % geo.groups;
+    const index_t first = per_sample ? index / geo.groups : 0;
+    const index_t samples = per_sample ? 1 : geo.n;
+    return {geo,
+            x,
+            filters_of(first) + group * geo.kg() * geo.gemm_k(),
+            y,
+            group,
+            first,
+            samples,
+            batch_base,
+            samples_in_rows};
+  }
+};
+
+/// A grouped batch of differently shaped convolutions, read from descriptors where a problem is
+/// computed (device memory for the CUDA backend). Implicit GEMM `index` is group
+/// index % max_groups of descriptor index / max_groups; groups past a problem's own are empty.
+template <class TX, class TW, class TY>
+struct grouped_fprop_batch {
+  static constexpr bool uniform = false;
+  const conv2d_problem<TX, TW, TY>* problems;
+  index_t problem_count;
+  tensor_layout order;
+  grouped_conv2d_bounds bounds;
+
+  GPUBATCH_HOST_DEVICE index_t count() const { return problem_count * bounds.max_groups; }
+
+  /// The descriptor of problem `index` as a uniform batch of one filter set.
+  GPUBATCH_HOST_DEVICE fprop_batch<TX, TW, TY> descriptor(index_t index) const {
+    const conv2d_problem<TX, TW, TY> d = problems[index];
+    return {make_geometry(d.n, d.c, d.h, d.w, d.k, d.r, d.s, d.params, order),
+            d.x,
+            d.weights,
+            d.y,
+            false,
+            index,
+            true};
+  }
+
+  GPUBATCH_HOST_DEVICE fprop_gemm<TX, TW, TY> problem(index_t index) const {
+    const index_t which = index / bounds.max_groups;
+    const index_t group = index % bounds.max_groups;
+    const conv2d_params prm = problems[which].params;
+    // Descriptors are the caller's promise (no host check on device memory); an implausible one
+    // is skipped rather than dividing by zero.
+    if (prm.groups < 1 || group >= prm.groups || prm.stride_h < 1 || prm.stride_w < 1) {
+      fprop_gemm<TX, TW, TY> none{};
+      none.geo.groups = 1;  // m() = 0, and n() and k() stay defined
+      none.geo.order = order;
+      return none;
+    }
+    return descriptor(which).problem(group);
+  }
+};
+
+}  // namespace gpubatch::detail::conv

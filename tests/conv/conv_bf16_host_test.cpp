@@ -1,0 +1,5 @@
+#include "../support/host_backend.hpp"
+#define CONV_TX gpubatch::bfloat16
+#define CONV_TY gpubatch::bfloat16
+#define CONV_TYPES "bf16->bf16"
+#include "conv.inc"

@@ -1,0 +1,3 @@
+#include "../support/cuda_backend.hpp"
+
+#include "conv_epilogue.inc"
