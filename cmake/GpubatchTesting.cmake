@@ -10,6 +10,9 @@ include(Catch OPTIONAL RESULT_VARIABLE GPUBATCH_CATCH_MODULE)
 # Exit code of a gpu test executable without a device; must match tests/support/skip_code.hpp.
 set(GPUBATCH_SKIP_RETURN_CODE 77)
 
+# Catch2's implementation is compiled once, for both runners.
+add_library(gpubatch_catch_impl OBJECT "${PROJECT_SOURCE_DIR}/tests/support/catch_impl.cpp")
+target_link_libraries(gpubatch_catch_impl PUBLIC Catch2::Catch2 gpubatch_dev_options)
 add_library(gpubatch_test_main_host OBJECT "${PROJECT_SOURCE_DIR}/tests/support/host_main.cpp")
 target_link_libraries(gpubatch_test_main_host PUBLIC Catch2::Catch2 gpubatch::gpubatch gpubatch_dev_options)
 
@@ -27,7 +30,8 @@ endfunction()
 
 # A host test: compiled by the host compiler, always run (also under the sanitizers).
 function(gpubatch_add_host_test target)
-  add_executable(${target} ${ARGN} $<TARGET_OBJECTS:gpubatch_test_main_host>)
+  add_executable(${target} ${ARGN} $<TARGET_OBJECTS:gpubatch_test_main_host>
+                 $<TARGET_OBJECTS:gpubatch_catch_impl>)
   target_link_libraries(${target} PRIVATE gpubatch::gpubatch Catch2::Catch2 gpubatch_dev_options)
   set(env "")
   if(GPUBATCH_SANITIZE)
@@ -43,7 +47,8 @@ function(gpubatch_add_gpu_test target)
     add_library(gpubatch_test_main_gpu OBJECT "${PROJECT_SOURCE_DIR}/tests/support/gpu_main.cpp")
     target_link_libraries(gpubatch_test_main_gpu PUBLIC Catch2::Catch2 gpubatch::gpubatch gpubatch_dev_options)
   endif()
-  add_executable(${target} ${ARGN} $<TARGET_OBJECTS:gpubatch_test_main_gpu>)
+  add_executable(${target} ${ARGN} $<TARGET_OBJECTS:gpubatch_test_main_gpu>
+                 $<TARGET_OBJECTS:gpubatch_catch_impl>)
   target_link_libraries(${target} PRIVATE gpubatch::gpubatch Catch2::Catch2 gpubatch_dev_options)
   _gpubatch_register(${target} PROPERTIES LABELS gpu SKIP_RETURN_CODE ${GPUBATCH_SKIP_RETURN_CODE})
 endfunction()

@@ -46,13 +46,7 @@
 namespace gpubatch {
 
 namespace detail::conv {
-template <class T>
-struct same_type {
-  using type = T;
-};
-/// The accumulate type of a convolution with input element type TX, in a non-deduced context.
-template <class TX>
-using scalar_t = typename same_type<compute_type_t<std::remove_const_t<TX>>>::type;
+using detail::scalar_t;
 
 template <class Policy, class Exec, class Batch, class Compute, class Epilogue>
 void run(Exec exec, const Batch& batch, Compute alpha, Compute beta, const Epilogue& epilogue,

@@ -32,17 +32,6 @@
 namespace gpubatch {
 
 namespace detail {
-template <class T>
-struct type_identity {
-  using type = T;
-};
-template <class T>
-using type_identity_t = typename type_identity<T>::type;
-
-/// The accumulate type of a GEMM with operand element type TA.
-template <class TA>
-using gemm_compute_t = compute_type_t<std::remove_const_t<TA>>;
-
 template <class TA, class TB, class TC, class Epilogue>
 constexpr void check_gemm_types() {
   using A = std::remove_const_t<TA>;
@@ -53,10 +42,7 @@ constexpr void check_gemm_types() {
                 "gpubatch::gemm: supported element types are double, float, gpubatch::half, "
                 "gpubatch::bfloat16 and std::int8_t");
   using compute = compute_type_t<A>;
-  constexpr bool output_ok = std::is_same_v<TC, A> ? !std::is_same_v<A, std::int8_t>
-                                                   : std::is_same_v<TC, compute> &&
-                                                         !std::is_same_v<A, double>;
-  static_assert(output_ok,
+  static_assert(supported_output_v<A, TC>,
                 "gpubatch::gemm: unsupported output type; C may be: double for double inputs; "
                 "float for float; half or float for half; bfloat16 or float for bfloat16; "
                 "int32_t for int8");
@@ -100,9 +86,9 @@ void run_gemm(Exec exec, const Batch& batch, Compute alpha, Compute beta, const 
 /// @throws cuda_error if a launch fails
 template <class Policy = void, class Exec, class TA, class TB, class TC,
           class Epilogue = epilogue::identity>
-void gemm(Exec exec, op op_a, op op_b, detail::type_identity_t<detail::gemm_compute_t<TA>> alpha,
+void gemm(Exec exec, op op_a, op op_b, detail::scalar_t<TA> alpha,
           const matrix_batch_view<TA>& a, const matrix_batch_view<TB>& b,
-          detail::type_identity_t<detail::gemm_compute_t<TA>> beta, const matrix_batch_view<TC>& c,
+          detail::scalar_t<TA> beta, const matrix_batch_view<TC>& c,
           Epilogue epilogue = {}, gemm_options options = {}) {
   static_assert(is_execution_v<Exec>, "gpubatch::gemm: the first argument must be an execution "
                                       "argument (gpubatch::on_host or gpubatch::on(stream))");
@@ -139,9 +125,9 @@ void gemm(Exec exec, op op_a, op op_b, detail::type_identity_t<detail::gemm_comp
 /// @throws invalid_argument as for the strided form
 template <class Policy = void, class Exec, class TA, class TB, class TC,
           class Epilogue = epilogue::identity>
-void gemm(Exec exec, op op_a, op op_b, detail::type_identity_t<detail::gemm_compute_t<TA>> alpha,
+void gemm(Exec exec, op op_a, op op_b, detail::scalar_t<TA> alpha,
           const pointer_matrix_batch_view<TA>& a, const pointer_matrix_batch_view<TB>& b,
-          detail::type_identity_t<detail::gemm_compute_t<TA>> beta,
+          detail::scalar_t<TA> beta,
           const pointer_matrix_batch_view<TC>& c, Epilogue epilogue = {},
           gemm_options options = {}) {
   static_assert(is_execution_v<Exec>, "gpubatch::gemm: the first argument must be an execution "
@@ -187,9 +173,9 @@ void gemm(Exec exec, op op_a, op op_b, detail::type_identity_t<detail::gemm_comp
 template <class Policy = void, class Exec, class TA, class TB, class TC,
           class Epilogue = epilogue::identity>
 void gemm_grouped(Exec exec, const grouped_gemm_layout& layouts,
-                  detail::type_identity_t<detail::gemm_compute_t<TA>> alpha,
+                  detail::scalar_t<TA> alpha,
                   const gemm_problem<TA, TB, TC>* problems, index_t count,
-                  detail::type_identity_t<detail::gemm_compute_t<TA>> beta, Epilogue epilogue = {},
+                  detail::scalar_t<TA> beta, Epilogue epilogue = {},
                   grouped_gemm_bounds bounds = {}, gemm_options options = {}) {
   static_assert(is_execution_v<Exec>, "gpubatch::gemm_grouped: the first argument must be an "
                                       "execution argument (gpubatch::on_host or gpubatch::on(stream))");

@@ -43,6 +43,24 @@ template <class T>
 inline constexpr bool is_supported_element_v<T, std::void_t<typename compute_type<T>::type>> =
     true;
 
+namespace detail {
+template <class T>
+struct type_identity {
+  using type = T;
+};
+/// The accumulate type of an operation on elements T, in a non-deduced context: alpha and beta
+/// parameters take it, so `1.0` or `1.0F` both convert instead of failing deduction.
+template <class T>
+using scalar_t = typename type_identity<compute_type_t<T>>::type;
+
+/// Output types an operation on elements In may write: In itself (not for int8, whose products
+/// need int32), or the accumulate type (not for double, which is its own accumulate type).
+template <class In, class Out>
+inline constexpr bool supported_output_v =
+    std::is_same_v<Out, In> ? !std::is_same_v<In, std::int8_t>
+                            : std::is_same_v<Out, compute_type_t<In>> && !std::is_same_v<In, double>;
+}  // namespace detail
+
 /// @brief Converts between element and compute types, rounding to nearest for half and
 /// bfloat16, in host and device code.
 template <class To, class From>

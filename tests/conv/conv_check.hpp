@@ -19,7 +19,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "../support/random.hpp"
+#include "../support/inputs.hpp"
 
 namespace gpubatch::test {
 
@@ -52,22 +52,6 @@ enum class filter_form { shared, per_sample };
 
 inline const char* to_string(filter_form f) {
   return f == filter_form::shared ? "shared filters" : "per-sample filters";
-}
-
-/// Relative-norm tolerance for inputs TX and output TY.
-template <class TX, class TY>
-double conv_tolerance() {
-  if constexpr (std::is_integral_v<TY>) {
-    return 0.0;  // int8 -> int32 is exact
-  } else if constexpr (std::is_same_v<TY, half>) {
-    return 2e-3;  // half's unit roundoff is 4.9e-4
-  } else if constexpr (std::is_same_v<TY, bfloat16>) {
-    return 1.6e-2;  // bfloat16's unit roundoff is 3.9e-3
-  } else if constexpr (std::is_same_v<TY, double>) {
-    return 1e-12;
-  } else {
-    return 1e-5;  // f32 accumulation
-  }
 }
 
 /// Offset of logical element (n, c, h, w) of a packed tensor of `shape` stored in `order`.
@@ -109,27 +93,6 @@ std::vector<double> load_from(tensor_layout order, const tensor4d_shape& shape,
   return out;
 }
 
-/// Random inputs: floats uniform in [-1, 1), int8 over its whole range. Never all zeros.
-template <class T>
-std::vector<T> conv_inputs(std::size_t count, std::uint64_t seed) {
-  if constexpr (std::is_integral_v<T>) {
-    return random_values<T>(count, seed, -128, 127);
-  } else {
-    const auto values = random_values<double>(count, seed, -1.0, 1.0);
-    std::vector<T> out(count);
-    for (std::size_t i = 0; i < count; ++i) out[i] = convert<T>(values[i]);
-    return out;
-  }
-}
-
-template <class T>
-T conv_poison() {
-  if constexpr (std::is_integral_v<T>) {
-    return std::numeric_limits<T>::min();
-  } else {
-    return convert<T>(std::numeric_limits<float>::quiet_NaN());
-  }
-}
 
 /// The float64 direct convolution of logical x (N x C x H x W) with logical filters (`sets`
 /// sets of K x C/g x R x S; set n for sample n when sets > 1): N x K x P x Q, before alpha.
@@ -202,14 +165,14 @@ struct conv_data {
     const std::uint64_t seed = static_cast<std::uint64_t>(
         cc.n * 7919 + cc.c * 104729 + cc.h * 131 + cc.w * 17 + cc.k * 1000003 + cc.r * 3 + cc.s);
     sets = form == filter_form::per_sample ? cc.n : 1;
-    x = conv_inputs<TX>(static_cast<std::size_t>(cc.x_shape().size()), seed);
-    w = conv_inputs<TX>(static_cast<std::size_t>(cc.w_shape().size() * sets), seed + 1);
+    x = random_inputs<TX>(static_cast<std::size_t>(cc.x_shape().size()), seed);
+    w = random_inputs<TX>(static_cast<std::size_t>(cc.w_shape().size() * sets), seed + 1);
     const auto y_count = static_cast<std::size_t>(cc.y_shape().size());
     if (beta == 0.0) {
-      y0.assign(y_count, conv_poison<TY>());
+      y0.assign(y_count, poison_value<TY>());
     } else {
       using compute = compute_type_t<TX>;
-      const auto initial = conv_inputs<TX>(y_count, seed + 2);
+      const auto initial = random_inputs<TX>(y_count, seed + 2);
       y0.resize(y_count);
       for (std::size_t i = 0; i < y_count; ++i) y0[i] = convert<TY>(convert<compute>(initial[i]));
     }
@@ -293,7 +256,7 @@ std::vector<double> check_conv(const conv_case& cc, tensor_layout order,
   }
   const std::vector<double> got = load_from(order, ys, Backend::to_host(dy.data(), data.y0.size()));
   const Epilogue& ref_epi = reference_epilogue != nullptr ? *reference_epilogue : epilogue;
-  compare(got, data.expected(cc, alpha, beta, ref_epi), conv_tolerance<TX, TY>(), ys);
+  compare(got, data.expected(cc, alpha, beta, ref_epi), output_tolerance<TY>(), ys);
   return got;
 }
 
@@ -323,8 +286,8 @@ void check_per_sample_equals_loop(const conv_case& cc, tensor_layout order) {
   }
   const auto got = load_from(order, ys, Backend::to_host(batched.data(), data.y0.size()));
   const auto loop = load_from(order, ys, Backend::to_host(looped.data(), data.y0.size()));
-  compare(got, loop, conv_tolerance<TX, TY>(), ys);
-  compare(got, data.expected(cc, 1.0, 0.0, epilogue::identity{}), conv_tolerance<TX, TY>(), ys);
+  compare(got, loop, output_tolerance<TY>(), ys);
+  compare(got, data.expected(cc, 1.0, 0.0, epilogue::identity{}), output_tolerance<TY>(), ys);
 }
 
 /// One grouped call over differently shaped problems (each its own filters), each checked.
@@ -382,7 +345,7 @@ void check_grouped(const std::vector<conv_case>& cases, tensor_layout order, dou
                                result.begin() + static_cast<std::ptrdiff_t>(oy[i] + static_cast<std::size_t>(ys.size())));
     compare(load_from(order, ys, mine),
             data[i].expected(cc, alpha, beta, epilogue, static_cast<index_t>(i)),
-            conv_tolerance<TX, TY>(), ys);
+            output_tolerance<TY>(), ys);
   }
 }
 

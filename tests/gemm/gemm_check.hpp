@@ -18,7 +18,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "../support/random.hpp"
+#include "../support/inputs.hpp"
 
 namespace gpubatch::test {
 
@@ -49,22 +49,6 @@ inline std::string describe(const gemm_case& c) {
          " beta=" + std::to_string(c.beta) + " " + to_string(c.form) + " pad=" + std::to_string(c.pad);
 }
 
-/// Relative-norm tolerance for inputs TA and output TC.
-template <class TA, class TC>
-double tolerance() {
-  if constexpr (std::is_integral_v<TC>) {
-    return 0.0;  // int8 -> int32 is exact
-  } else if constexpr (std::is_same_v<TC, half>) {
-    return 2e-3;  // half's unit roundoff is 4.9e-4
-  } else if constexpr (std::is_same_v<TC, bfloat16>) {
-    return 1.6e-2;  // bfloat16's unit roundoff is 3.9e-3
-  } else if constexpr (std::is_same_v<TC, double>) {
-    return 1e-12;
-  } else {
-    return 1e-5;  // f32 accumulation (inputs f32, or exactly representable f16/bf16)
-  }
-}
-
 /// A stored matrix of a batch: shape, layout and leading dimension.
 struct stored {
   index_t rows, cols, ld;
@@ -78,28 +62,6 @@ struct stored {
 inline stored make_stored(index_t rows, index_t cols, layout order, index_t pad) {
   const index_t minor = order == layout::row_major ? cols : rows;
   return {rows, cols, std::max<index_t>(minor + pad, 1), order};
-}
-
-/// Random inputs in a range where every product sum is exact enough to compare.
-template <class T>
-std::vector<T> random_inputs(std::size_t count, std::uint64_t seed) {
-  if constexpr (std::is_integral_v<T>) {
-    return random_values<T>(count, seed, -128, 127);
-  } else {
-    const auto values = random_values<double>(count, seed, -1.0, 1.0);
-    std::vector<T> out(count);
-    for (std::size_t i = 0; i < count; ++i) out[i] = convert<T>(values[i]);
-    return out;
-  }
-}
-
-template <class T>
-T poison_value() {
-  if constexpr (std::is_integral_v<T>) {
-    return std::numeric_limits<T>::min();
-  } else {
-    return convert<T>(std::numeric_limits<float>::quiet_NaN());
-  }
 }
 
 /// Runs one case on Backend and checks it; `make_epilogue(bias_or_residual_storage)` builds the
@@ -228,7 +190,7 @@ void check_gemm(gemm_case c, Epilogue epi = {}, const Epilogue* reference_epi = 
   const double rel = ref2 > 0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
   INFO("relative norm error " << rel << ", worst |diff| " << worst << " at batch " << worst_b
                               << " (" << worst_i << ", " << worst_j << ")");
-  CHECK(rel <= tolerance<TA, TC>());
+  CHECK(rel <= output_tolerance<TC>());
 }
 
 /// Edge sizes that exercise full tiles, partial tiles and degenerate shapes on both backends.

@@ -2,14 +2,12 @@
 // line and exits with skip_exit_code, which CTest maps to "Skipped" (SKIP_RETURN_CODE), so a
 // machine without a GPU never reports these tests as passed. Listing still works without a
 // device, so CTest can discover the test cases at build time.
-#define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
-
 #include <gpubatch/execution.hpp>
 
 #include <cstdio>
 #include <cstring>
 
+#include "catch_runner.hpp"
 #include "skip_code.hpp"
 
 int main(int argc, char* argv[]) {
@@ -21,5 +19,5 @@ int main(int argc, char* argv[]) {
     std::puts("no CUDA device: skipped");
     return gpubatch::test::skip_exit_code;
   }
-  return Catch::Session().run(argc, argv);
+  return gpubatch::test::run_catch(argc, argv);
 }

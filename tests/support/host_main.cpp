@@ -1,5 +1,4 @@
-// Catch2 runner for host test executables.
-#define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
+// Runner of the host test executables.
+#include "catch_runner.hpp"
 
-int main(int argc, char* argv[]) { return Catch::Session().run(argc, argv); }
+int main(int argc, char* argv[]) { return gpubatch::test::run_catch(argc, argv); }

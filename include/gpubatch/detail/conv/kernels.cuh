@@ -93,7 +93,8 @@ GPUBATCH_KERNEL void __launch_bounds__(Policy::threads)
 
   Compute a_regs[a_per_thread];
   Compute b_regs[b_per_thread];
-  const auto fetch = [&](index_t k0) {
+  const auto fetch = [&](index_t kt) {
+    const index_t k0 = k_begin + kt * BK;
 #pragma unroll
     for (int r = 0; r < a_per_thread; ++r) {
       const index_t kk = k0 + a_kk_in_tile[r];
@@ -120,45 +121,11 @@ GPUBATCH_KERNEL void __launch_bounds__(Policy::threads)
     }
   };
 
-  Compute acc[TM][TN];
-#pragma unroll
-  for (int i = 0; i < TM; ++i)
-#pragma unroll
-    for (int j = 0; j < TN; ++j) acc[i][j] = Compute(0);
-
   const int ty = tid / threads_n;
   const int tx = tid % threads_n;
   const index_t k_tiles = k_end > k_begin ? ceil_div(k_end - k_begin, BK) : 0;
-
-  if (k_tiles > 0) {
-    fetch(k_begin);
-    stash(0);
-  }
-  __syncthreads();
-  for (index_t kt = 0; kt < k_tiles; ++kt) {
-    const int stage = Policy::stages == 2 ? static_cast<int>(kt & 1) : 0;
-    const bool more = kt + 1 < k_tiles;
-    if (more) fetch(k_begin + (kt + 1) * BK);  // global loads in flight during this tile
-    const Compute* const a_s = shared + stage * stage_elems;
-    const Compute* const b_s = a_s + BM * BK;
-#pragma unroll
-    for (int p = 0; p < BK; ++p) {
-      Compute a_frag[TM], b_frag[TN];
-#pragma unroll
-      for (int i = 0; i < TM; ++i) a_frag[i] = a_s[p * BM + ty + i * (BM / TM)];
-#pragma unroll
-      for (int j = 0; j < TN; ++j) b_frag[j] = b_s[p * BN + tx + j * threads_n];
-#pragma unroll
-      for (int i = 0; i < TM; ++i)
-#pragma unroll
-        for (int j = 0; j < TN; ++j) acc[i][j] += a_frag[i] * b_frag[j];
-    }
-    if (more) {
-      if constexpr (Policy::stages == 1) __syncthreads();  // one buffer: wait for every reader
-      stash(Policy::stages == 2 ? 1 - stage : 0);
-    }
-    __syncthreads();
-  }
+  Compute acc[TM][TN];
+  cuda_gemm::tiled_mainloop<Policy>(k_tiles, shared, ty, tx, fetch, stash, acc);
 
 #pragma unroll
   for (int i = 0; i < TM; ++i) {

@@ -28,10 +28,7 @@ constexpr void check_types() {
                 "gpubatch::conv2d: supported element types are float, gpubatch::half, "
                 "gpubatch::bfloat16, std::int8_t and double");
   using compute = compute_type_t<X>;
-  constexpr bool output_ok = std::is_same_v<TY, X> ? !std::is_same_v<X, std::int8_t>
-                                                   : std::is_same_v<TY, compute> &&
-                                                         !std::is_same_v<X, double>;
-  static_assert(output_ok,
+  static_assert(supported_output_v<X, TY>,
                 "gpubatch::conv2d: unsupported output type; y may be: float for float inputs; "
                 "half or float for half; bfloat16 or float for bfloat16; int32_t for int8; "
                 "double for double");

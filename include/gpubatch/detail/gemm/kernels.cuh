@@ -125,6 +125,54 @@ constexpr int register_tile_cols(int accumulators) {
   return cols;
 }
 
+/// The pipelined main loop of the SIMT tiled kernels (GEMM and implicit-GEMM convolution):
+/// tile kt + 1 is fetched from global memory into registers while tile kt is multiplied out of
+/// shared memory, then stashed into the other stage buffer; one barrier per K step with two
+/// stages. On return acc holds this thread's TM x TN part of the block's product.
+/// @param fetch fetch(kt) loads K tile kt into the caller's registers
+/// @param stash stash(stage) stores those registers into stage buffer `stage`: A as [BK][BM],
+///        B as [BK][BN], B right after A
+template <class Policy, int TM, int TN, class Compute, class Fetch, class Stash>
+GPUBATCH_DEVICE void tiled_mainloop(index_t k_tiles, const Compute* shared, int ty, int tx,
+                                    Fetch&& fetch, Stash&& stash, Compute (&acc)[TM][TN]) {
+  constexpr int BM = Policy::tile_m, BN = Policy::tile_n, BK = Policy::tile_k;
+  constexpr int stage_elems = (BM + BN) * BK;
+  constexpr int threads_n = BN / TN;
+#pragma unroll
+  for (int i = 0; i < TM; ++i)
+#pragma unroll
+    for (int j = 0; j < TN; ++j) acc[i][j] = Compute(0);
+  if (k_tiles > 0) {
+    fetch(index_t{0});
+    stash(0);
+  }
+  __syncthreads();
+  for (index_t kt = 0; kt < k_tiles; ++kt) {
+    const int stage = Policy::stages == 2 ? static_cast<int>(kt & 1) : 0;
+    const bool more = kt + 1 < k_tiles;
+    if (more) fetch(kt + 1);  // global loads in flight while this tile is computed
+    const Compute* const a_s = shared + stage * stage_elems;
+    const Compute* const b_s = a_s + BM * BK;
+#pragma unroll
+    for (int p = 0; p < BK; ++p) {
+      Compute a_frag[TM], b_frag[TN];
+#pragma unroll
+      for (int i = 0; i < TM; ++i) a_frag[i] = a_s[p * BM + ty + i * (BM / TM)];
+#pragma unroll
+      for (int j = 0; j < TN; ++j) b_frag[j] = b_s[p * BN + tx + j * threads_n];
+#pragma unroll
+      for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j) acc[i][j] += a_frag[i] * b_frag[j];
+    }
+    if (more) {
+      if constexpr (Policy::stages == 1) __syncthreads();  // one buffer: wait for every reader
+      stash(Policy::stages == 2 ? 1 - stage : 0);
+    }
+    __syncthreads();
+  }
+}
+
 /// One C tile of (TileM x TileN) per block: grid.x walks the tiles of a problem, grid.y the
 /// problems of this launch (starting at `first_problem`).
 template <class Policy, class Batch, class Compute, class Epilogue>
@@ -160,9 +208,9 @@ GPUBATCH_KERNEL void __launch_bounds__(Policy::threads)
   const bool b_n_contiguous = problem.b.stride.col == 1;
   Compute a_regs[BM * BK / T];
   Compute b_regs[BK * BN / T];
-  const auto fetch = [&](index_t k0) {
-    load_tile<BM, BK, T>(problem.a, problem.m, problem.k, tile_row, k0, a_regs);
-    load_tile<BK, BN, T>(problem.b, problem.k, problem.n, k0, tile_col, b_regs);
+  const auto fetch = [&](index_t kt) {
+    load_tile<BM, BK, T>(problem.a, problem.m, problem.k, tile_row, kt * BK, a_regs);
+    load_tile<BK, BN, T>(problem.b, problem.k, problem.n, kt * BK, tile_col, b_regs);
   };
   const auto stash = [&](int stage) {
     Compute* const a_s = shared + stage * stage_elems;  // [BK][BM]
@@ -171,43 +219,10 @@ GPUBATCH_KERNEL void __launch_bounds__(Policy::threads)
     store_tile<BK, BN, T>(b_n_contiguous, false, b_s, b_regs);
   };
 
-  Compute acc[TM][TN];
-#pragma unroll
-  for (int i = 0; i < TM; ++i)
-#pragma unroll
-    for (int j = 0; j < TN; ++j) acc[i][j] = Compute(0);
-
   const int ty = static_cast<int>(threadIdx.x) / threads_n;
   const int tx = static_cast<int>(threadIdx.x) % threads_n;
-  const index_t k_tiles = ceil_div(problem.k, BK);
-
-  fetch(0);
-  stash(0);
-  __syncthreads();
-  for (index_t kt = 0; kt < k_tiles; ++kt) {
-    const int stage = Policy::stages == 2 ? static_cast<int>(kt & 1) : 0;
-    const bool more = kt + 1 < k_tiles;
-    if (more) fetch((kt + 1) * BK);  // global loads in flight while this tile is computed
-    const Compute* const a_s = shared + stage * stage_elems;
-    const Compute* const b_s = a_s + BM * BK;
-#pragma unroll
-    for (int p = 0; p < BK; ++p) {
-      Compute a_frag[TM], b_frag[TN];
-#pragma unroll
-      for (int i = 0; i < TM; ++i) a_frag[i] = a_s[p * BM + ty + i * (BM / TM)];
-#pragma unroll
-      for (int j = 0; j < TN; ++j) b_frag[j] = b_s[p * BN + tx + j * threads_n];
-#pragma unroll
-      for (int i = 0; i < TM; ++i)
-#pragma unroll
-        for (int j = 0; j < TN; ++j) acc[i][j] += a_frag[i] * b_frag[j];
-    }
-    if (more) {
-      if constexpr (Policy::stages == 1) __syncthreads();  // one buffer: wait for every reader
-      stash(Policy::stages == 2 ? 1 - stage : 0);
-    }
-    __syncthreads();
-  }
+  Compute acc[TM][TN];
+  tiled_mainloop<Policy>(ceil_div(problem.k, BK), shared, ty, tx, fetch, stash, acc);
 
 #pragma unroll
   for (int i = 0; i < TM; ++i) {
