@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <exception>
 #include <limits>
 #include <memory>
@@ -53,6 +54,7 @@ class host_fence {
     host_fence f;
     f.state_ = std::make_shared<detail::host_fence_state>();
     f.order_ = order;
+    f.sequence_ = detail::next_fence_sequence();
     return f;
   }
 
@@ -127,9 +129,15 @@ class host_fence {
     return order_ != nullptr && order_ == other.order_;
   }
 
+  /// @brief Whether this fence was created after `other` (meaningful when same_order()).
+  [[nodiscard]] bool recorded_after(const host_fence& other) const noexcept {
+    return sequence_ > other.sequence_;
+  }
+
  private:
   std::shared_ptr<detail::host_fence_state> state_;
   const void* order_ = nullptr;
+  std::uint64_t sequence_ = 0;
 };
 
 /// @brief Completion of CUDA-backend work: a CUDA event recorded on a stream. A cheap, copyable
@@ -146,6 +154,7 @@ class cuda_fence {
     f.event_ = std::make_shared<cuda_event>();
     f.event_->record(stream);
     f.stream_ = stream;
+    f.sequence_ = detail::next_fence_sequence();
     return f;
   }
 
@@ -196,8 +205,18 @@ class cuda_fence {
   }
 
   /// @brief Whether both fences were recorded on one stream, so they complete in recording order.
+  ///
+  /// Never for the default-stream handles (nullptr, cudaStreamLegacy, cudaStreamPerThread):
+  /// which stream they mean depends on the recording thread and on how the code was compiled
+  /// (--default-stream per-thread), so equal handles need not name one stream.
   [[nodiscard]] bool same_order(const cuda_fence& other) const noexcept {
-    return event_ != nullptr && other.event_ != nullptr && stream_ == other.stream_;
+    return event_ != nullptr && other.event_ != nullptr && stream_ == other.stream_ &&
+           stream_ != nullptr && stream_ != cudaStreamLegacy && stream_ != cudaStreamPerThread;
+  }
+
+  /// @brief Whether this fence was recorded after `other` (meaningful when same_order()).
+  [[nodiscard]] bool recorded_after(const cuda_fence& other) const noexcept {
+    return sequence_ > other.sequence_;
   }
 
   /// @brief The stream the fence was recorded on.
@@ -206,6 +225,7 @@ class cuda_fence {
  private:
   std::shared_ptr<cuda_event> event_;
   cudaStream_t stream_ = nullptr;
+  std::uint64_t sequence_ = 0;
 };
 
 /// @brief The fence type of a backend: cuda_fence for cuda_exec, host_fence for host_exec.
@@ -229,7 +249,12 @@ using fence_t = std::conditional_t<is_cuda_exec_v<Exec>, cuda_fence, host_fence>
 struct pinned_pool_options {
   /// Completed cached blocks beyond this many bytes are freed when a block comes back (largest
   /// first). Blocks whose copies still run are never freed early.
-  std::size_t max_cached_bytes = std::numeric_limits<std::size_t>::max();
+  ///
+  /// Default 1 GiB: page-locked memory is taken from the whole system (it cannot be swapped),
+  /// so an idle pool must not hoard it without bound; 1 GiB keeps the blocks of a typical
+  /// pipeline (a few buffers of up to a few hundred MiB) cached. Raise it for larger working
+  /// sets, or set std::numeric_limits<std::size_t>::max() to cache without limit.
+  std::size_t max_cached_bytes = std::size_t{1} << 30;
 };
 
 /// @brief A snapshot of a pinned_pool's counters.
@@ -251,9 +276,15 @@ class pinned_pool;
 /// @brief A typed, move-only buffer borrowed from a pinned_pool; its block goes back to the pool
 /// when the buffer is destroyed, and is reused only after the copies that used it completed.
 ///
-/// gpubatch's copies record their fence on a pooled buffer they read or write; work of your
-/// own (a kernel reading mapped pinned memory, a raw cudaMemcpyAsync) is tracked by passing its
-/// fence to record_use(). The buffer keeps the pool's state alive, so it may outlive the pool.
+/// gpubatch's copies record their fence on a pooled buffer they read or write when it is passed
+/// as a side itself; work of your own (a kernel reading mapped pinned memory, a raw
+/// cudaMemcpyAsync) is tracked by passing its fence to record_use(). The buffer keeps the
+/// pool's state alive, so it may outlive the pool.
+///
+/// @warning A copy through a *view* of the buffer's memory (span, subspan, matrix_batch_view,
+/// tensor4d_view) does not know the memory belongs to a pool and records nothing. After such a
+/// copy call `buf.record_use(record_fence(exec))` before the buffer can be destroyed or reset,
+/// or the block may be handed out again while the copy still reads or writes it.
 /// @tparam T a trivially copyable element type
 /// @tparam Exec the pool's backend: pinned memory for cuda_exec, ordinary memory for host_exec
 template <class T, class Exec>
@@ -297,7 +328,9 @@ class pooled_buffer {
   }
 
   /// @brief Records that work tracked by `fence` uses this memory: the block is not handed out
-  /// again before the fence completes. gpubatch's copies call it for you.
+  /// again before the fence completes. gpubatch's copies call it for you when this buffer is a
+  /// side of the copy, but not when a view of its memory is: then call it yourself, with
+  /// record_fence(exec) right after issuing the copy.
   void record_use(const fence_type& fence) const noexcept {
     if (block_ != nullptr) {
       block_->add_use(fence);

@@ -26,7 +26,7 @@
 
 #include <chrono>
 #include <cstddef>
-#include <optional>
+#include <memory>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -313,6 +313,11 @@ fence_t<Exec> copy_ranges(Exec exec, Dst& dst, const Src& src, copy_mode mode,
 /// Copies through a pooled_buffer record their fence on it, so its block is not reused before
 /// the copy has completed. The memory of both sides must stay valid until then (an owning
 /// temporary as a side is a compile-time error).
+///
+/// @warning Only a pooled_buffer passed as a side itself is tracked. A view of pool memory (a
+/// span or subspan of a pooled_buffer, a matrix_batch_view or tensor4d_view over one) records
+/// nothing: call `buffer.record_use(record_fence(exec))` after the copy, or the block may be
+/// reused (or freed by pinned_pool::release) while the copy still runs.
 /// @throws invalid_argument naming "dst" or "src": mismatched shapes, a pageable side, memory
 ///         the backend cannot access, a broadcast (batch stride 0) destination
 /// @throws cuda_error if the copy cannot be issued
@@ -362,7 +367,7 @@ class copy_future;
 namespace detail {
 struct copy_future_access {
   template <class Dst, class Exec>
-  static copy_future<Dst, Exec> make(Dst&& dst, fence_t<Exec> fence) {
+  static copy_future<Dst, Exec> make(std::unique_ptr<Dst> dst, fence_t<Exec> fence) {
     return copy_future<Dst, Exec>(std::move(dst), std::move(fence));
   }
 };
@@ -375,6 +380,10 @@ struct copy_future_access {
 /// Like std::future: ready() polls, wait() blocks, get() waits and returns the destination.
 /// Destroying a handle whose copy is still running waits for it first, so the destination is
 /// never freed under a DMA. Move-only.
+///
+/// The destination lives on the heap from before the copy is issued until get() moves it out,
+/// so moving the handle never moves the destination: containers whose move relocates their
+/// elements (std::array, inline storage) are written where the copy was aimed.
 /// @tparam Dst the destination type (pinned_buffer, pooled_buffer, std::vector, span, ...)
 /// @tparam Exec the backend that issued the copy
 template <class Dst, class Exec>
@@ -385,15 +394,12 @@ class copy_future {
   copy_future(const copy_future&) = delete;
   copy_future& operator=(const copy_future&) = delete;
   copy_future(copy_future&& other) noexcept
-      : destination_(std::move(other.destination_)), fence_(std::move(other.fence_)) {
-    other.destination_.reset();
-  }
+      : destination_(std::move(other.destination_)), fence_(std::move(other.fence_)) {}
   copy_future& operator=(copy_future&& other) noexcept {
     if (this != &other) {
       settle();
       destination_ = std::move(other.destination_);
       fence_ = std::move(other.fence_);
-      other.destination_.reset();
     }
     return *this;
   }
@@ -401,7 +407,7 @@ class copy_future {
   ~copy_future() { settle(); }
 
   /// @brief Whether the handle holds a destination (false after `std::move(f).get()`).
-  [[nodiscard]] bool valid() const noexcept { return destination_.has_value(); }
+  [[nodiscard]] bool valid() const noexcept { return destination_ != nullptr; }
   /// @brief Whether the copy has completed, successfully or not; never blocks.
   [[nodiscard]] bool ready() const noexcept { return fence_.ready(); }
   /// @brief Blocks until the copy has completed.
@@ -432,22 +438,22 @@ class copy_future {
 
  private:
   friend struct detail::copy_future_access;
-  copy_future(Dst&& destination, fence_t<Exec> fence)
+  copy_future(std::unique_ptr<Dst> destination, fence_t<Exec> fence)
       : destination_(std::move(destination)), fence_(std::move(fence)) {}
 
   void require_valid() const {
-    if (!destination_.has_value()) {
+    if (destination_ == nullptr) {
       throw error("gpubatch::copy_future::get: the handle holds no destination (default "
                   "constructed, moved from, or already taken with std::move(f).get())");
     }
   }
   void settle() noexcept {
-    if (destination_.has_value()) {
+    if (destination_ != nullptr) {
       fence_.wait_nothrow();
     }
   }
 
-  std::optional<Dst> destination_;
+  std::unique_ptr<Dst> destination_;  // never moves while a copy may be writing it
   fence_t<Exec> fence_;
 };
 
@@ -460,8 +466,11 @@ copy_future<Dst, Exec> copy_to_host(Exec exec, Dst&& dst, const Src& src, copy_m
     throw invalid_argument("dst", "is device memory: copy_to_host_async copies to host memory "
                                   "(use copy_async between device buffers)");
   }
-  fence_t<Exec> fence = copy_ranges(exec, dst, src, mode, pool, true);
-  return copy_future_access::make<Dst, Exec>(std::move(dst), std::move(fence));
+  // Move the destination to where it stays first, then aim the copy at it: the move of a
+  // std::array or of inline storage relocates the elements.
+  auto stored = std::make_unique<Dst>(std::move(dst));
+  fence_t<Exec> fence = copy_ranges(exec, *stored, src, mode, pool, true);
+  return copy_future_access::make<Dst, Exec>(std::move(stored), std::move(fence));
 }
 }  // namespace detail
 
@@ -500,7 +509,8 @@ template <class Exec, class Src>
 [[nodiscard]] auto copy_to_host_async(Exec exec, pinned_pool<Exec>& pool, const Src& src) {
   static_assert(!detail::is_matrix_view<std::remove_cv_t<Src>>::value,
                 "gpubatch::copy_to_host_async(exec, pool, src): src must be a 1-D range; for a "
-                "matrix batch pass a destination view over pool memory");
+                "matrix batch allocate a pooled_buffer, copy_async into a matrix_batch_view over "
+                "it, then call buffer.record_use(record_fence(exec)): a view records no fence");
   using element = std::remove_cv_t<detail::range_element_t<const Src>>;
   pooled_buffer<element, Exec> destination =
       pool.template allocate<element>(static_cast<std::size_t>(src.size()));
@@ -519,5 +529,9 @@ void copy_to_host_async(Exec exec, Dst&& dst, const Src& src) = delete;
 template <class Exec, class Dst, class Src,
           std::enable_if_t<detail::is_owning_rvalue_v<Src>, int> = 0>
 void copy_to_host_async(Exec exec, Dst&& dst, Src&& src) = delete;
+/// @brief Deleted: an owning temporary as the source is freed before the copy has run.
+template <class Exec, class Dst, class Src,
+          std::enable_if_t<detail::is_owning_rvalue_v<Src>, int> = 0>
+void copy_to_host_async(Exec exec, Dst&& dst, Src&& src, stage_through<Exec> staging) = delete;
 
 }  // namespace gpubatch

@@ -8,6 +8,8 @@
 #include <gpubatch/detail/pipeline/chunking.hpp>
 #include <gpubatch/detail/pipeline/host_queue.hpp>
 
+#include <atomic>
+#include <chrono>
 #include <limits>
 #include <new>
 #include <thread>
@@ -168,22 +170,49 @@ TEST_CASE("host_queue runs in order, and a failure poisons what follows", "[pipe
 }
 
 TEST_CASE("the host pipeline overlaps stages on worker threads", "[pipeline]") {
-  // Three chunks whose stage sleeps: with a compute worker separate from the driver the
-  // copies of later chunks do not wait for it, and the whole run is bounded.
-  const std::size_t items = 30;
+  // Five chunks whose stage sleeps, and a progress callback (on the driver's thread) that sleeps
+  // as long: run one after the other they take 10 naps; overlapped, about 6. The stage must run
+  // on a worker, and be seen running while the driver is in a callback.
+  using namespace std::chrono_literals;
+  constexpr auto nap = 100ms;
+  constexpr std::size_t chunks = 5;
+  const std::size_t items = chunks * 10;
   const auto input = random_input(items, 1, 2);
   std::vector<out_t> output(items, poison);
   gpubatch::pipeline_options options;
   options.chunk_items = 10;
   pipeline_type p(gpubatch::on_host, gpubatch::item_shape{1, 1}, options);
-  std::atomic<bool> on_other_thread{false};
-  const auto driver = std::this_thread::get_id();
+  std::atomic<int> stages_on_driver{0};
+  std::atomic<int> stages_running{0};
+  std::atomic<bool> overlapped{false};
+  const auto started = std::chrono::steady_clock::now();
   (void)gpubatch::test::within(gpubatch::test::wait_limit, [&] {
-    return p.run(input, output, [&](auto exec, const gpubatch::pipeline_chunk<in_t, out_t>& c) {
-      on_other_thread = std::this_thread::get_id() != driver;
-      gpubatch::test::transform_items{1, 1}(exec, c);
-    });
+    const auto driver = std::this_thread::get_id();  // the thread that calls run()
+    return p.run(
+        input, output,
+        [&](auto exec, const gpubatch::pipeline_chunk<in_t, out_t>& c) {
+          if (std::this_thread::get_id() == driver) {
+            ++stages_on_driver;
+          }
+          ++stages_running;
+          std::this_thread::sleep_for(nap);
+          gpubatch::test::transform_items{1, 1}(exec, c);
+          --stages_running;
+        },
+        [&](std::size_t, std::size_t) {
+          const auto until = std::chrono::steady_clock::now() + nap;
+          while (std::chrono::steady_clock::now() < until) {
+            if (stages_running.load() > 0) {
+              overlapped = true;
+            }
+            std::this_thread::sleep_for(1ms);
+          }
+        });
   });
-  CHECK(on_other_thread);
+  const auto elapsed = std::chrono::steady_clock::now() - started;
+  CHECK(stages_on_driver == 0);
+  CHECK(overlapped);
+  // Serial execution takes at least 2 * chunks naps; overlapped about chunks + 1.
+  CHECK(elapsed < 2 * chunks * nap);
   CHECK(output == gpubatch::test::expected_output(input, 1, 1));
 }

@@ -95,6 +95,11 @@ class pipeline_engine<host_exec> {
            space == memory_space::managed;
   }
 
+  /// Whether compute and copy out share a queue (a single queue in all).
+  [[nodiscard]] bool compute_shares_copy_out() const noexcept {
+    return roles_.compute == roles_.copy_out;
+  }
+
   void begin() noexcept {
     for (auto& q : queues_) {
       q->reset();
@@ -196,6 +201,11 @@ class pipeline_engine<cuda_exec> {
   /// Only page-locked host memory can be the source or target of an asynchronous DMA.
   [[nodiscard]] static bool dma_capable(memory_space space) noexcept {
     return space == memory_space::pinned;
+  }
+
+  /// Whether compute and copy out share a stream (a single stream in all).
+  [[nodiscard]] bool compute_shares_copy_out() const noexcept {
+    return roles_.compute == roles_.copy_out;
   }
 
   /// Orders the pipeline after the work already issued to the caller's stream (say, uploading

@@ -176,8 +176,15 @@ struct pipeline<In, Out, Exec, Policy>::state {
     }
   }
 
-  /// Frees every buffer; the caller has drained (or nothing is in flight).
+  /// Frees every buffer; the caller has drained (or nothing is in flight). Runs on the
+  /// pipeline's device, whichever is current, so device memory goes back where it came from.
   void release() noexcept {
+    std::optional<detail::device_scope<Exec>> scope;
+    try {
+      scope.emplace(device);
+    } catch (...) {
+      // The device cannot be made current (it is gone): free what can be freed anyway.
+    }
     engine.drain();
     for (slot& s : ring) {
       s.staged_input.reset();
@@ -397,6 +404,13 @@ pipeline_report pipeline<In, Out, Exec, Policy>::run(span<const In> input, span<
         land_next();  // frees chunk k's slot
       }
       at = k;
+      if (st.engine.compute_shares_copy_out()) {
+        // One queue for both: chunk k - 1's copy out goes before chunk k's stage, so a stage
+        // that fails at chunk k cannot take the copy out of an earlier chunk down with it. On
+        // a single queue nothing overlaps anyway, so the order costs nothing.
+        issue_out_until(k);
+        at = k;
+      }
       issue(k);
       ++issued;
       // Copy out of the previous chunk goes after this chunk's copy in: where both copies

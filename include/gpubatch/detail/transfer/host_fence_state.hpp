@@ -3,11 +3,20 @@
 /// failure of the work the fence tracks.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
+#include <cstdint>
 #include <exception>
 #include <mutex>
 
 namespace gpubatch::detail {
+
+/// A process-wide recording order for fences, so that of two fences on one serial queue the
+/// later one can be told apart (it completes last).
+inline std::uint64_t next_fence_sequence() noexcept {
+  static std::atomic<std::uint64_t> counter{0};
+  return counter.fetch_add(1, std::memory_order_relaxed) + 1;
+}
 
 struct host_fence_state {
   std::mutex mutex;

@@ -35,8 +35,8 @@ struct pinned_block {
   std::vector<Fence> pending;
 
   /// Remembers that work tracked by `fence` uses the block. A later fence on the same stream
-  /// completes after an earlier one, so it replaces it: the list stays as short as the number of
-  /// streams that touched the block.
+  /// completes after an earlier one, so of the two only the later is kept: the list stays as
+  /// short as the number of streams that touched the block.
   void add_use(const Fence& fence) noexcept {
     if (fence.ready()) {
       return;
@@ -44,7 +44,9 @@ struct pinned_block {
     drop_completed();
     for (Fence& f : pending) {
       if (f.same_order(fence)) {
-        f = fence;
+        if (fence.recorded_after(f)) {
+          f = fence;
+        }
         return;
       }
     }
