@@ -1,13 +1,17 @@
 /// @file conv_policy.hpp
 /// @brief The convolution's compile-time policy and run-time heuristic. A convolution runs as an
 /// implicit GEMM (M = output pixels, N = output channels per group, K = C/groups * R * S), so it
-/// is tuned with the same gemm_policy: thread-block tile, warps, stages, and how a batch is split
-/// across launches. Depthwise layers (one input channel per group) take a dedicated kernel.
+/// is tuned with the same gemm_policy (or tensor_core_policy): thread-block tile, warps, stages,
+/// and how a batch is split across launches. Depthwise layers (one input channel per group) take a dedicated kernel.
 #pragma once
 
 #include <gpubatch/config.hpp>
 #include <gpubatch/gemm_policy.hpp>
+#include <gpubatch/numeric.hpp>
 #include <gpubatch/views.hpp>
+
+#include <cstdint>
+#include <type_traits>
 
 namespace gpubatch {
 
@@ -26,14 +30,16 @@ GPUBATCH_HOST_DEVICE constexpr size_class classify_conv2d(index_t gemm_m, index_
 }
 
 /// @brief The default implicit-GEMM policy of a convolution with element type `T` on
-/// architecture `Arch` for a size class: the GEMM's default, so both are tuned in one place.
-/// Specialise it, or pass a policy to conv2d, to tune convolutions alone.
+/// architecture `Arch` for a size class: the GEMM's defaults, so both are tuned in one place —
+/// the tensor-core policy for f16, bf16 and int8 (and for f32 when TF32 is allowed), the SIMT
+/// policy otherwise. Specialise it, or pass a policy to conv2d, to tune convolutions alone.
 template <class T, int Arch, size_class Size>
 struct default_conv2d_policy {
-  // Untuned starting point shared with GEMM (64 x 64 x 16 / 8 warps medium, 128 x 128 x 16 /
-  // 8 warps large, double buffered); no GPU measurement exists yet for the convolution kernels.
-  using type = typename default_gemm_policy<T, Arch, Size == size_class::tiny ? size_class::medium
-                                                                              : Size>::type;
+  static constexpr size_class size = Size == size_class::tiny ? size_class::medium : Size;
+  static constexpr bool tensor_cores =
+      std::is_same_v<T, half> || std::is_same_v<T, bfloat16> || std::is_same_v<T, std::int8_t>;
+  using type = typename std::conditional_t<tensor_cores, default_tensor_core_policy<T, Arch, size>,
+                                           default_gemm_policy<T, Arch, size>>::type;
 };
 
 }  // namespace gpubatch

@@ -206,8 +206,8 @@ struct grouped_conv2d_bounds {
 
 /// @brief Options that do not change what a convolution computes, only how.
 struct conv2d_options {
-  /// f32 only: allow TF32 tensor cores (10-bit mantissa products, f32 accumulation). No
-  /// tensor-core convolution kernel exists yet, so today this changes nothing.
+  /// f32 only: run on TF32 tensor cores (inputs rounded to a 10-bit mantissa, f32
+  /// accumulation). The host backend always computes in f32.
   bool allow_tf32 = false;
   /// Device memory the CUDA backend may use to split the reduction across blocks (split-K)
   /// when a layer has too few output tiles to fill the device; conv2d_workspace_size() says how

@@ -73,8 +73,11 @@ void run_gemm(Exec exec, const Batch& batch, Compute alpha, Compute beta, const 
 /// A batch stride of 0 in `a` or `b` broadcasts one matrix across the batch without copying it.
 /// Each view carries its own layout (row- or column-major) and leading dimension.
 ///
-/// @tparam Policy a gemm_policy to force on the CUDA backend; `void` (the default) lets the
-///         run-time heuristic pick among the compiled defaults. Ignored by the host backend.
+/// @tparam Policy a gemm_policy (SIMT) or tensor_core_policy to force on the CUDA backend; `void`
+///         (the default) lets the run-time heuristic pick among the compiled defaults: tensor
+///         cores for f16, bf16 and int8 (and f32 with options.allow_tf32), SIMT for f32 and
+///         f64, the tiny-matrix kernel for problems up to 32 x 32 x 64. Ignored by the host
+///         backend.
 /// @param exec gpubatch::on_host or gpubatch::on(stream)
 /// @param op_a, op_b whether A and B are read transposed
 /// @param alpha, beta scalars in the accumulate type
@@ -83,7 +86,8 @@ void run_gemm(Exec exec, const Batch& batch, Compute alpha, Compute beta, const 
 /// @param options e.g. allow_tf32 for f32 on tensor cores
 /// @throws invalid_argument naming the parameter: mismatched shapes or counts, or a view in
 ///         memory the backend cannot access
-/// @throws cuda_error if a launch fails
+/// @throws cuda_error if a launch fails; error if f16, bf16 or int8 (default policy) or a
+///         tensor_core_policy meets a GPU below compute capability 8.0
 template <class Policy = void, class Exec, class TA, class TB, class TC,
           class Epilogue = epilogue::identity>
 void gemm(Exec exec, op op_a, op op_b, detail::scalar_t<TA> alpha,

@@ -49,6 +49,8 @@ struct gemm_policy {
   static constexpr int stages = Stages;
   static constexpr int problems_per_block = ProblemsPerBlock;
   static constexpr std::int64_t max_blocks_per_launch = MaxBlocksPerLaunch;
+  /// Whether the policy drives the tensor-core kernel (see tensor_core_policy).
+  static constexpr bool tensor_cores = false;
   /// C elements each thread accumulates in registers.
   static constexpr int accumulators_per_thread = TileM * TileN / (Warps * 32);
 
@@ -58,6 +60,24 @@ struct gemm_policy {
     return std::int64_t{Stages} * ProblemsPerBlock * (TileM + TileN) * TileK *
            static_cast<std::int64_t>(sizeof(Compute));
   }
+};
+
+/// @brief A tensor-core GEMM policy (f16, bf16, int8, and f32 with gemm_options::allow_tf32;
+/// sm_80 and later): warp-level MMA on 16 x 16 fragments fed by a `Stages`-deep cp.async
+/// pipeline. The warps form a near-square grid over the TileM x TileN tile, each warp owning a
+/// whole number of 16 x 16 fragments. TileK must be a multiple of the MMA depth (16 for f16,
+/// bf16 and int8; 8 for TF32), checked when the policy meets its element type.
+template <int TileM, int TileN, int TileK, int Warps, int Stages,
+          std::int64_t MaxBlocksPerLaunch = 65535>
+struct tensor_core_policy
+    : gemm_policy<TileM, TileN, TileK, Warps, Stages, 1, MaxBlocksPerLaunch> {
+  static_assert(TileM >= 16 && TileN >= 16,
+                "gpubatch::tensor_core_policy: TileM and TileN must be at least 16 (one fragment)");
+  static_assert((Warps & (Warps - 1)) == 0,
+                "gpubatch::tensor_core_policy: Warps must be a power of two");
+  static_assert(Stages >= 2,
+                "gpubatch::tensor_core_policy: the cp.async pipeline needs at least 2 stages");
+  static constexpr bool tensor_cores = true;
 };
 
 /// @brief Size classes the run-time heuristic sorts a problem into.
@@ -88,6 +108,19 @@ struct default_gemm_policy {
       Size == size_class::tiny, gemm_policy<32, 32, 32, 4, 1, 4>,
       std::conditional_t<Size == size_class::medium, gemm_policy<64, 64, 16, 8, 2>,
                          gemm_policy<128, 128, 16, 8, 2>>>;
+};
+
+/// @brief The default tensor-core policy for element type `T` (f16, bf16, int8, f32 as TF32),
+/// architecture `Arch` and a size class (tiny problems keep the tiny-matrix kernel). Every
+/// stage holds 64 bytes of K per row, so the pipeline's shared memory is the same for all types.
+template <class T, int Arch, size_class Size>
+struct default_tensor_core_policy {
+  static constexpr int tile_k = 64 / static_cast<int>(sizeof(T));
+  // Medium: 64 x 64 with 4 warps (32 x 32 each) keeps many blocks in flight per problem.
+  // Large: 128 x 128 with 8 warps (64 x 32 each) for reuse; 3 stages hide global latency.
+  using type = std::conditional_t<Size == size_class::large,
+                                  tensor_core_policy<128, 128, tile_k, 8, 3>,
+                                  tensor_core_policy<64, 64, tile_k, 4, 3>>;
 };
 
 }  // namespace gpubatch

@@ -213,14 +213,15 @@ void integral_scalars(double& alpha, double& beta) {
 /// Runs one case on Backend in `order` and checks it; returns the output in logical order.
 /// `reference_epilogue` (if given) is the host-memory twin of `epilogue` for the reference.
 /// `Policy` is passed through to the convolution; with `workspace_bytes`, the workspace size
-/// is queried, a workspace of that size allocated and passed, and its size reported there.
+/// is queried, a workspace of that size allocated and passed, and its size reported there;
+/// `allow_tf32` lets f32 run on TF32 tensor cores (CUDA backend), checked to TF32 precision.
 template <class Backend, class TX, class TY, class Epilogue = epilogue::identity,
           class Policy = void>
 std::vector<double> check_conv(const conv_case& cc, tensor_layout order,
                                filter_form form = filter_form::shared, double alpha = 1.0,
                                double beta = 0.0, Epilogue epilogue = {},
                                const Epilogue* reference_epilogue = nullptr,
-                               std::size_t* workspace_bytes = nullptr) {
+                               std::size_t* workspace_bytes = nullptr, bool allow_tf32 = false) {
   using compute = compute_type_t<TX>;
   integral_scalars<TX>(alpha, beta);
   INFO(describe(cc) << ", " << gpubatch::to_string(order) << ", " << to_string(form)
@@ -242,6 +243,7 @@ std::vector<double> check_conv(const conv_case& cc, tensor_layout order,
   const auto a = static_cast<compute>(alpha);
   const auto b = static_cast<compute>(beta);
   conv2d_options options;
+  options.allow_tf32 = allow_tf32;
   device_buffer<std::byte> workspace(0, exec);
   if (workspace_bytes != nullptr) {
     *workspace_bytes = conv2d_workspace_size<Policy>(exec, cc.params, vx, vw, vy);
@@ -256,7 +258,9 @@ std::vector<double> check_conv(const conv_case& cc, tensor_layout order,
   }
   const std::vector<double> got = load_from(order, ys, Backend::to_host(dy.data(), data.y0.size()));
   const Epilogue& ref_epi = reference_epilogue != nullptr ? *reference_epilogue : epilogue;
-  compare(got, data.expected(cc, alpha, beta, ref_epi), output_tolerance<TY>(), ys);
+  // TF32 rounds inputs to 11 significant bits (unit roundoff 4.9e-4), like f16.
+  const bool tf32 = allow_tf32 && std::is_same_v<TX, float> && Backend::space == memory_space::device;
+  compare(got, data.expected(cc, alpha, beta, ref_epi), tf32 ? 2e-3 : output_tolerance<TY>(), ys);
   return got;
 }
 

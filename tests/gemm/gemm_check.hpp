@@ -39,6 +39,7 @@ struct gemm_case {
   double beta = 0.0;
   batch_form form = batch_form::strided;
   index_t pad = 0;  ///< extra leading-dimension elements (breaks alignment when odd)
+  bool allow_tf32 = false;  ///< f32 on tensor cores (CUDA backend)
 };
 
 inline std::string describe(const gemm_case& c) {
@@ -46,7 +47,8 @@ inline std::string describe(const gemm_case& c) {
          std::to_string(c.count) + " " + gpubatch::to_string(c.op_a) + gpubatch::to_string(c.op_b) +
          " " + gpubatch::to_string(c.la) + "/" + gpubatch::to_string(c.lb) + "/" +
          gpubatch::to_string(c.lc) + " alpha=" + std::to_string(c.alpha) +
-         " beta=" + std::to_string(c.beta) + " " + to_string(c.form) + " pad=" + std::to_string(c.pad);
+         " beta=" + std::to_string(c.beta) + " " + to_string(c.form) + " pad=" + std::to_string(c.pad) +
+         (c.allow_tf32 ? " tf32" : "");
 }
 
 /// A stored matrix of a batch: shape, layout and leading dimension.
@@ -64,9 +66,9 @@ inline stored make_stored(index_t rows, index_t cols, layout order, index_t pad)
   return {rows, cols, std::max<index_t>(minor + pad, 1), order};
 }
 
-/// Runs one case on Backend and checks it; `make_epilogue(bias_or_residual_storage)` builds the
-/// epilogue for the backend from device pointers prepared by the caller.
-template <class Backend, class TA, class TC, class Epilogue = epilogue::identity>
+/// Runs one case on Backend (with gemm policy `Policy`; void: the defaults) and checks it against
+/// the reference, which applies `reference_epi` (default: `epi` itself).
+template <class Backend, class TA, class TC, class Epilogue = epilogue::identity, class Policy = void>
 void check_gemm(gemm_case c, Epilogue epi = {}, const Epilogue* reference_epi = nullptr) {
   using compute = compute_type_t<TA>;
   if constexpr (std::is_integral_v<compute>) {
@@ -104,13 +106,15 @@ void check_gemm(gemm_case c, Epilogue epi = {}, const Epilogue* reference_epi = 
 
   const auto alpha = static_cast<compute>(c.alpha);
   const auto beta = static_cast<compute>(c.beta);
+  gemm_options options;
+  options.allow_tf32 = c.allow_tf32;
   const matrix_batch_view<const TA> va(dev_a.data(), sa.rows, sa.cols, sa.ld, sa.size(), c.count, sa.order, Backend::space);
   const matrix_batch_view<const TA> vb(dev_b.data(), sb.rows, sb.cols, sb.ld, sb.size(), c.count, sb.order, Backend::space);
   const matrix_batch_view<TC> vc(dev_c.data(), sc.rows, sc.cols, sc.ld, sc.size(), c.count, sc.order, Backend::space);
 
   switch (c.form) {
     case batch_form::strided:
-      gemm(exec, c.op_a, c.op_b, alpha, va, vb, beta, vc, epi);
+      gemm<Policy>(exec, c.op_a, c.op_b, alpha, va, vb, beta, vc, epi, options);
       break;
     case batch_form::pointer_array: {
       std::vector<const TA*> pa, pb;
@@ -125,11 +129,11 @@ void check_gemm(gemm_case c, Epilogue epi = {}, const Epilogue* reference_epi = 
       Backend::from_host(dpa.data(), pa);
       Backend::from_host(dpb.data(), pb);
       Backend::from_host(dpc.data(), pc);
-      gemm(exec, c.op_a, c.op_b, alpha,
+      gemm<Policy>(exec, c.op_a, c.op_b, alpha,
            pointer_matrix_batch_view<const TA>(dpa.data(), sa.rows, sa.cols, sa.ld, c.count, sa.order, Backend::space),
            pointer_matrix_batch_view<const TA>(dpb.data(), sb.rows, sb.cols, sb.ld, c.count, sb.order, Backend::space),
            beta, pointer_matrix_batch_view<TC>(dpc.data(), sc.rows, sc.cols, sc.ld, c.count, sc.order, Backend::space),
-           epi);
+           epi, options);
       Backend::synchronize();
       break;
     }
@@ -141,8 +145,9 @@ void check_gemm(gemm_case c, Epilogue epi = {}, const Epilogue* reference_epi = 
       }
       device_buffer<gemm_problem<TA, TA, TC>> dp(problems.size(), exec);
       Backend::from_host(dp.data(), problems);
-      gemm_grouped(exec, grouped_gemm_layout{c.op_a, c.la, c.op_b, c.lb, c.lc}, alpha, dp.data(),
-                   c.count, beta, epi, grouped_gemm_bounds{c.m, c.n, c.k});
+      gemm_grouped<Policy>(exec, grouped_gemm_layout{c.op_a, c.la, c.op_b, c.lb, c.lc}, alpha,
+                           dp.data(), c.count, beta, epi, grouped_gemm_bounds{c.m, c.n, c.k},
+                           options);
       Backend::synchronize();
       break;
     }
@@ -190,7 +195,9 @@ void check_gemm(gemm_case c, Epilogue epi = {}, const Epilogue* reference_epi = 
   const double rel = ref2 > 0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
   INFO("relative norm error " << rel << ", worst |diff| " << worst << " at batch " << worst_b
                               << " (" << worst_i << ", " << worst_j << ")");
-  CHECK(rel <= output_tolerance<TC>());
+  // TF32 rounds inputs to 11 significant bits (unit roundoff 4.9e-4), like f16.
+  const bool tf32 = c.allow_tf32 && std::is_same_v<TA, float> && Backend::space == memory_space::device;
+  CHECK(rel <= (tf32 ? 2e-3 : output_tolerance<TC>()));
 }
 
 /// Edge sizes that exercise full tiles, partial tiles and degenerate shapes on both backends.

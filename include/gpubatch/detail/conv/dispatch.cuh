@@ -39,25 +39,54 @@ struct policy_tag {
 };
 
 /// Calls f(policy_tag<P>{}) with the forced policy, or the default one the run-time heuristic
-/// picks for the architecture and size class. The workspace query goes through the same choice.
+/// picks for the architecture and size class (for f32, the tensor-core one when `tf32`). The
+/// workspace query goes through the same choice. Tensor-core policies need sm_80 or later.
 template <class Policy, class Element, class F>
-void with_policy(int arch, size_class size, F&& f) {
+void with_policy(int arch, size_class size, bool tf32, F&& f) {
   using E = std::remove_const_t<Element>;
   if constexpr (!std::is_void_v<Policy>) {
-    (void)arch;
     (void)size;
-    f(policy_tag<Policy>{});
-  } else if (arch >= 90) {
-    if (size == size_class::large) {
-      f(policy_tag<typename default_conv2d_policy<E, 90, size_class::large>::type>{});
-    } else {
-      f(policy_tag<typename default_conv2d_policy<E, 90, size_class::medium>::type>{});
+    if constexpr (Policy::tensor_cores) {
+      static_assert(tensor_core::supported_v<E>,
+                    "gpubatch::tensor_core_policy: tensor cores take f16, bf16, int8 or f32 (TF32)");
+      if (std::is_same_v<E, float> && !tf32) {
+        throw invalid_argument("options", "a tensor_core_policy with f32 tensors needs "
+                                          "allow_tf32 = true (the MMA rounds inputs to TF32)");
+      }
+      if (arch < 80) {
+        throw error("gpubatch::conv2d: a tensor_core_policy needs a GPU of compute capability "
+                    "8.0 or later");
+      }
     }
+    f(policy_tag<Policy>{});
   } else {
-    if (size == size_class::large) {
-      f(policy_tag<typename default_conv2d_policy<E, 80, size_class::large>::type>{});
+    if (default_conv2d_policy<E, 80, size_class::medium>::tensor_cores && arch < 80) {
+      throw error("gpubatch::conv2d: f16, bf16 and int8 run on tensor cores, which need a GPU "
+                  "of compute capability 8.0 or later; pass a gemm_policy to run them on SIMT "
+                  "cores");
+    }
+    const auto pick = [&](auto arch_tag) {
+      constexpr int A = decltype(arch_tag)::value;
+      if constexpr (std::is_same_v<E, float>) {
+        if (tf32) {
+          if (size == size_class::large) {
+            f(policy_tag<typename default_tensor_core_policy<E, A, size_class::large>::type>{});
+          } else {
+            f(policy_tag<typename default_tensor_core_policy<E, A, size_class::medium>::type>{});
+          }
+          return;
+        }
+      }
+      if (size == size_class::large) {
+        f(policy_tag<typename default_conv2d_policy<E, A, size_class::large>::type>{});
+      } else {
+        f(policy_tag<typename default_conv2d_policy<E, A, size_class::medium>::type>{});
+      }
+    };
+    if (arch >= 90) {
+      pick(std::integral_constant<int, 90>{});
     } else {
-      f(policy_tag<typename default_conv2d_policy<E, 80, size_class::medium>::type>{});
+      pick(std::integral_constant<int, 80>{});
     }
   }
 }
@@ -73,6 +102,9 @@ constexpr split_k<Compute> no_split() {
 /// 16 slices, aiming at two waves.
 template <class Policy, class Compute, class TX, class TW, class TY>
 split_k<Compute> plan_split(const conv::fprop_batch<TX, TW, TY>& batch, int sms) {
+  if constexpr (Policy::tensor_cores) {
+    return no_split<Compute>();  // the tensor-core kernel does not split K
+  }
   const index_t m = batch.gemm_m(), n = batch.geo.kg(), k = batch.geo.gemm_k();
   const index_t blocks = ceil_div(m, Policy::tile_m) * ceil_div(n, Policy::tile_n) * batch.count();
   if (blocks <= 0 || blocks >= sms) {
@@ -113,7 +145,7 @@ std::size_t workspace_bytes(const conv::fprop_batch<TX, TW, TY>& batch) {
   const int sms = sm_count();
   with_policy<Policy, TX>(cuda_gemm::current_arch(),
                           classify_conv2d(batch.gemm_m(), batch.geo.kg(), batch.geo.gemm_k()),
-                          [&](auto tag) {
+                          /*tf32=*/false, [&](auto tag) {
                             using P = typename decltype(tag)::type;
                             bytes = split_bytes(batch, plan_split<P, compute>(batch, sms));
                           });
@@ -124,14 +156,6 @@ template <class Policy, class Batch, class Compute, class Epilogue>
 void launch_implicit(cudaStream_t stream, const Batch& batch, index_t max_m, index_t max_n,
                      split_k<Compute> split, Compute alpha, Compute beta,
                      const Epilogue& epilogue) {
-  constexpr std::int64_t shared_bytes = std::int64_t{Policy::stages} *
-                                        (Policy::tile_m + Policy::tile_n) * Policy::tile_k *
-                                        static_cast<std::int64_t>(sizeof(Compute));
-  static_assert(shared_bytes <= 227 * 1024,
-                "gpubatch::gemm_policy: the tile needs more shared memory than a block can have "
-                "(227 KiB on sm_90); use a smaller tile or fewer stages");
-  const auto kernel = implicit_gemm_kernel<Policy, Batch, Compute, Epilogue>;
-  cuda_gemm::allow_shared_bytes(kernel, shared_bytes);
   const index_t tiles_n = ceil_div(max_n, Policy::tile_n);
   const index_t tiles = ceil_div(max_m, Policy::tile_m) * tiles_n;
   if (tiles > 0x7fffffff) {
@@ -139,21 +163,43 @@ void launch_implicit(cudaStream_t stream, const Batch& batch, index_t max_m, ind
   }
   const index_t count = batch.count();
   const index_t launches = launch_count(count, Policy::max_blocks_per_launch);
-  for (index_t l = 0; l < launches; ++l) {
-    const launch_slice slice = slice_of_launch(count, Policy::max_blocks_per_launch, l);
-    const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(slice.count),
-                    static_cast<unsigned>(split.count));
-    kernel<<<grid, Policy::threads, static_cast<std::size_t>(shared_bytes), stream>>>(
-        batch, slice.first, tiles_n, split, alpha, beta, epilogue);
-    GPUBATCH_CUDA_TRY(cudaGetLastError());
-  }
-  if (split.count > 1) {
-    constexpr int threads = 256;
-    const index_t total = split.problems * max_m * max_n;
-    const index_t blocks = std::min<index_t>(ceil_div(total, threads), index_t{1} << 20);
-    split_k_reduce_kernel<threads><<<static_cast<unsigned>(blocks), threads, 0, stream>>>(
-        batch, split, max_m, max_n, alpha, beta, epilogue);
-    GPUBATCH_CUDA_TRY(cudaGetLastError());
+  if constexpr (Policy::tensor_cores) {
+    using element = std::remove_const_t<std::remove_pointer_t<decltype(batch.problem(0).x)>>;
+    constexpr std::int64_t shared_bytes = tensor_core::geometry<Policy, element>::shared_bytes;
+    const auto kernel = tensor_core_conv_kernel<Policy, Batch, Compute, Epilogue>;
+    cuda_gemm::allow_shared_bytes(kernel, shared_bytes);
+    for (index_t l = 0; l < launches; ++l) {
+      const launch_slice slice = slice_of_launch(count, Policy::max_blocks_per_launch, l);
+      const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(slice.count));
+      kernel<<<grid, Policy::threads, static_cast<std::size_t>(shared_bytes), stream>>>(
+          batch, slice.first, tiles_n, alpha, beta, epilogue);
+      GPUBATCH_CUDA_TRY(cudaGetLastError());
+    }
+  } else {
+    constexpr std::int64_t shared_bytes = std::int64_t{Policy::stages} *
+                                          (Policy::tile_m + Policy::tile_n) * Policy::tile_k *
+                                          static_cast<std::int64_t>(sizeof(Compute));
+    static_assert(shared_bytes <= 227 * 1024,
+                  "gpubatch::gemm_policy: the tile needs more shared memory than a block can have "
+                  "(227 KiB on sm_90); use a smaller tile or fewer stages");
+    const auto kernel = implicit_gemm_kernel<Policy, Batch, Compute, Epilogue>;
+    cuda_gemm::allow_shared_bytes(kernel, shared_bytes);
+    for (index_t l = 0; l < launches; ++l) {
+      const launch_slice slice = slice_of_launch(count, Policy::max_blocks_per_launch, l);
+      const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(slice.count),
+                      static_cast<unsigned>(split.count));
+      kernel<<<grid, Policy::threads, static_cast<std::size_t>(shared_bytes), stream>>>(
+          batch, slice.first, tiles_n, split, alpha, beta, epilogue);
+      GPUBATCH_CUDA_TRY(cudaGetLastError());
+    }
+    if (split.count > 1) {
+      constexpr int threads = 256;
+      const index_t total = split.problems * max_m * max_n;
+      const index_t blocks = std::min<index_t>(ceil_div(total, threads), index_t{1} << 20);
+      split_k_reduce_kernel<threads><<<static_cast<unsigned>(blocks), threads, 0, stream>>>(
+          batch, split, max_m, max_n, alpha, beta, epilogue);
+      GPUBATCH_CUDA_TRY(cudaGetLastError());
+    }
   }
 }
 
@@ -181,7 +227,8 @@ void dispatch(cudaStream_t stream, const conv::fprop_batch<TX, TW, TY>& batch, C
   const index_t m = batch.gemm_m(), n = batch.geo.kg(), k = batch.geo.gemm_k();
   // The device is queried for split-K only when the caller offers a workspace.
   const int sms = options.workspace != nullptr ? sm_count() : 0;
-  with_policy<Policy, TX>(cuda_gemm::current_arch(), classify_conv2d(m, n, k), [&](auto tag) {
+  with_policy<Policy, TX>(cuda_gemm::current_arch(), classify_conv2d(m, n, k), options.allow_tf32,
+                          [&](auto tag) {
     using P = typename decltype(tag)::type;
     split_k<Compute> split = no_split<Compute>();
     if (options.workspace != nullptr) {
@@ -201,11 +248,12 @@ void dispatch(cudaStream_t stream, const conv::fprop_batch<TX, TW, TY>& batch, C
 template <class Policy, class TX, class TW, class TY, class Compute, class Epilogue>
 void dispatch(cudaStream_t stream, const conv::grouped_fprop_batch<TX, TW, TY>& batch,
               Compute alpha, Compute beta, const Epilogue& epilogue,
-              const conv2d_options& /*options: no workspace use for grouped batches*/) {
+              const conv2d_options& options) {
+  // No workspace use for grouped batches: their reduction lengths are in device memory.
   const grouped_conv2d_bounds& b = batch.bounds;
   with_policy<Policy, TX>(cuda_gemm::current_arch(),
                           classify_conv2d(b.max_output_pixels, b.max_k_per_group, 0),
-                          [&](auto tag) {
+                          options.allow_tf32, [&](auto tag) {
                             using P = typename decltype(tag)::type;
                             launch_implicit<P>(stream, batch, b.max_output_pixels,
                                                b.max_k_per_group, no_split<Compute>(), alpha,

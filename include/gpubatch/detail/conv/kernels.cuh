@@ -9,6 +9,9 @@
 ///   Each thread resolves its A rows (sample, input origin) once per block; only the reduction
 ///   index is decoded per K step. grid.x walks output tiles, grid.y implicit GEMMs (groups, or
 ///   (sample, group) pairs with per-sample filters, or grouped problems), grid.z split-K slices.
+/// - tensor_core_conv_kernel: the same implicit GEMM on tensor cores (f16, bf16, int8, TF32)
+///   through the tensor-core main loop of detail/gemm/tensor_core.cuh; with NHWC and channels per
+///   group a multiple of 16 bytes the gather is copied in 16-byte cp.async chunks.
 /// - split_k_reduce_kernel: sums the split-K slices and applies the epilogue.
 /// - depthwise_kernel: one output element per thread, channels (NHWC) or output columns (NCHW)
 ///   adjacent across a warp so loads and stores coalesce.
@@ -21,6 +24,7 @@
 #include <gpubatch/detail/conv/problem.hpp>
 #include <gpubatch/detail/gemm/kernels.cuh>
 #include <gpubatch/detail/gemm/problem.hpp>
+#include <gpubatch/detail/gemm/tensor_core.cuh>
 
 #include <type_traits>
 
@@ -145,6 +149,43 @@ GPUBATCH_KERNEL void __launch_bounds__(Policy::threads)
       }
     }
   }
+}
+
+/// One output tile of one implicit GEMM per block on tensor cores (no split-K): grid.x walks
+/// output tiles, grid.y implicit GEMMs, as implicit_gemm_kernel.
+template <class Policy, class Batch, class Compute, class Epilogue>
+GPUBATCH_KERNEL void __launch_bounds__(Policy::threads)
+    tensor_core_conv_kernel(Batch batch, index_t first_problem, index_t tiles_n, Compute alpha,
+                            Compute beta, Epilogue epilogue) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+  __trap();  // dispatch never launches it below sm_80
+#else
+  const index_t index = first_problem + blockIdx.y;
+  const auto g = batch.problem(index);
+  using mapping = std::remove_cv_t<decltype(g)>;
+  using TX = std::remove_const_t<std::remove_pointer_t<decltype(g.x)>>;
+  using TW = std::remove_const_t<std::remove_pointer_t<decltype(g.w)>>;
+  using G = tensor_core::geometry<Policy, TX>;
+  const index_t m = g.m(), n = g.n(), k = g.k();
+  const index_t tile_row = static_cast<index_t>(blockIdx.x / tiles_n) * G::bm;
+  const index_t tile_col = static_cast<index_t>(blockIdx.x % tiles_n) * G::bn;
+  if (tile_row >= m || tile_col >= n || k <= 0) {
+    return;  // a problem smaller than the grid's bounds, or an empty group (block-uniform)
+  }
+  extern __shared__ __align__(128) unsigned char tensor_core_conv_shared[];
+  // Forward propagation's B is the filter memory read as is: n filters of k elements.
+  const auto a = tensor_core::gather_source<mapping, const TX>::make(g, G::vector);
+  const auto b = tensor_core::matrix_source<TW>::make(g.b(0, 0), n, k, k, 1);
+  const auto* const c_tile =
+      tensor_core::mainloop<G>(a, b, k, tile_row, tile_col, tensor_core_conv_shared);
+  const bool cols_contiguous = n > 1 && &g.c(tile_row, 1) - &g.c(tile_row, 0) == 1;
+  tensor_core::for_each_output<G>(c_tile, tile_row, tile_col, m, n, cols_contiguous,
+                                  [&](index_t row, index_t col, auto value) {
+                                    const conv::conv_position pos = g.position(row, col);
+                                    store_output(g.c(row, col), static_cast<Compute>(value), alpha,
+                                                 beta, epilogue, pos.batch, pos.row, pos.col);
+                                  });
+#endif
 }
 
 /// Sums the split-K slices of every output of a uniform batch (m x n per implicit GEMM) and

@@ -22,6 +22,8 @@
 #include <gpubatch/conv_problem.hpp>
 #include <gpubatch/views.hpp>
 
+#include <cstdint>
+
 namespace gpubatch::detail::conv {
 
 /// Extents, parameters and layout of one convolution, with the output extents worked out.
@@ -106,6 +108,14 @@ struct fprop_gemm {
   /// Whether consecutive kk of a row are mostly adjacent in memory (NHWC: channels), so loads
   /// should walk kk; else (NCHW) they should walk the rows (adjacent output columns).
   GPUBATCH_HOST_DEVICE bool a_k_contiguous() const { return geo.nhwc(); }
+  /// Whether every run of `vector` reduction indices starting at a multiple of `vector` is one
+  /// contiguous, 16-byte-aligned piece of x (or wholly padding): NHWC, channels per group and
+  /// channels multiples of `vector`, x 16-byte aligned. Lets tensor-core kernels copy whole
+  /// 16-byte chunks of the gather.
+  GPUBATCH_HOST_DEVICE bool a_chunks_contiguous(int vector) const {
+    return geo.nhwc() && geo.cg() % vector == 0 && geo.c % vector == 0 &&
+           reinterpret_cast<std::uintptr_t>(x) % 16 == 0;
+  }
 
   /// A row of A resolved once: where its sample's group starts and the top-left input position
   /// of its receptive field. Reused for every kk of the row.

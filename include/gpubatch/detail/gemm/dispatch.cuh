@@ -1,11 +1,13 @@
 /// @file detail/gemm/dispatch.cuh
-/// @brief CUDA GEMM dispatch: picks a compiled policy by size class and architecture, sizes the
-/// grid, splits batches beyond the grid limit across launches, and launches on the caller's
-/// stream. Included only by translation units compiled by nvcc.
+/// @brief CUDA GEMM dispatch: picks the kernel (tiny, tensor-core or SIMT tiled) and a compiled
+/// policy by element type, size class and architecture, sizes the grid, splits batches beyond
+/// the grid limit across launches, and launches on the caller's stream. Included only by
+/// translation units compiled by nvcc.
 #pragma once
 
 #include <gpubatch/detail/gemm/kernels.cuh>
 #include <gpubatch/detail/gemm/problem.hpp>
+#include <gpubatch/detail/gemm/tensor_core.cuh>
 #include <gpubatch/error.hpp>
 #include <gpubatch/gemm_policy.hpp>
 #include <gpubatch/gemm_problem.hpp>
@@ -37,20 +39,25 @@ void allow_shared_bytes(Kernel kernel, std::int64_t bytes) {
   }
 }
 
-template <class Policy, class Batch, class Compute, class Epilogue>
-void launch_tiled(cudaStream_t stream, const Batch& batch, index_t max_m, index_t max_n,
-                  Compute alpha, Compute beta, const Epilogue& epilogue) {
-  constexpr std::int64_t shared_bytes = Policy::template shared_bytes<Compute>();
-  static_assert(shared_bytes <= 227 * 1024,
-                "gpubatch::gemm_policy: the tile needs more shared memory than a block can have "
-                "(227 KiB on sm_90); use a smaller tile, fewer stages or fewer problems per block");
-  const auto kernel = tiled_gemm_kernel<Policy, Batch, Compute, Epilogue>;
-  allow_shared_bytes(kernel, shared_bytes);
-  const index_t tiles_n = ceil_div(max_n, Policy::tile_n);
+/// The grid of the tiled kernels: one block per C tile of the largest problem (grid.x).
+template <class Policy>
+index_t tile_grid(index_t max_m, index_t max_n, index_t& tiles_n) {
+  tiles_n = ceil_div(max_n, Policy::tile_n);
   const index_t tiles = ceil_div(max_m, Policy::tile_m) * tiles_n;
   if (tiles > 0x7fffffff) {
     throw invalid_argument("c", "too many tiles for one grid (" + std::to_string(tiles) + ")");
   }
+  return tiles;
+}
+
+/// Launches `kernel` once per slice of at most Policy::max_blocks_per_launch problems (grid.y).
+template <class Policy, class Kernel, class Batch, class Compute, class Epilogue>
+void launch_slices(Kernel kernel, std::int64_t shared_bytes, cudaStream_t stream,
+                   const Batch& batch, index_t max_m, index_t max_n, Compute alpha, Compute beta,
+                   const Epilogue& epilogue) {
+  allow_shared_bytes(kernel, shared_bytes);
+  index_t tiles_n = 0;
+  const index_t tiles = tile_grid<Policy>(max_m, max_n, tiles_n);
   const index_t launches = launch_count(batch.count, Policy::max_blocks_per_launch);
   for (index_t l = 0; l < launches; ++l) {
     const launch_slice slice = slice_of_launch(batch.count, Policy::max_blocks_per_launch, l);
@@ -59,6 +66,26 @@ void launch_tiled(cudaStream_t stream, const Batch& batch, index_t max_m, index_
         batch, slice.first, tiles_n, alpha, beta, epilogue);
     GPUBATCH_CUDA_TRY(cudaGetLastError());
   }
+}
+
+template <class Policy, class Batch, class Compute, class Epilogue>
+void launch_tiled(cudaStream_t stream, const Batch& batch, index_t max_m, index_t max_n,
+                  Compute alpha, Compute beta, const Epilogue& epilogue) {
+  constexpr std::int64_t shared_bytes = Policy::template shared_bytes<Compute>();
+  static_assert(shared_bytes <= 227 * 1024,
+                "gpubatch::gemm_policy: the tile needs more shared memory than a block can have "
+                "(227 KiB on sm_90); use a smaller tile, fewer stages or fewer problems per block");
+  launch_slices<Policy>(tiled_gemm_kernel<Policy, Batch, Compute, Epilogue>, shared_bytes, stream,
+                        batch, max_m, max_n, alpha, beta, epilogue);
+}
+
+template <class Policy, class Batch, class Compute, class Epilogue>
+void launch_tensor_core(cudaStream_t stream, const Batch& batch, index_t max_m, index_t max_n,
+                        Compute alpha, Compute beta, const Epilogue& epilogue) {
+  using element = std::remove_const_t<std::remove_pointer_t<decltype(batch.problem(0).a.data)>>;
+  launch_slices<Policy>(tensor_core::tensor_core_gemm_kernel<Policy, Batch, Compute, Epilogue>,
+                        tensor_core::geometry<Policy, element>::shared_bytes, stream, batch, max_m,
+                        max_n, alpha, beta, epilogue);
 }
 
 /// Tiny problems: as many per block as the block's threads have output registers for and its
@@ -83,32 +110,60 @@ void launch_tiny(cudaStream_t stream, const Batch& batch, Compute alpha, Compute
   GPUBATCH_CUDA_TRY(cudaGetLastError());
 }
 
-/// The compiled default policies of one architecture, picked by size class.
-template <int Arch, class Element, class Batch, class Compute, class Epilogue>
-void launch_default(cudaStream_t stream, const Batch& batch, index_t max_m, index_t max_n,
-                    index_t max_k, Compute alpha, Compute beta, const Epilogue& epilogue) {
-  switch (classify_gemm(max_m, max_n, max_k)) {
-    case size_class::tiny:
-      if constexpr (Batch::uniform) {
-        using tiny_policy = typename default_gemm_policy<Element, Arch, size_class::tiny>::type;
-        launch_tiny<tiny_policy>(stream, batch, alpha, beta, epilogue);
-        return;
-      }
-      [[fallthrough]];  // grouped tiny problems: the medium tile with early-exiting blocks
-    case size_class::medium:
-      launch_tiled<typename default_gemm_policy<Element, Arch, size_class::medium>::type>(
-          stream, batch, max_m, max_n, alpha, beta, epilogue);
-      return;
-    case size_class::large:
-      launch_tiled<typename default_gemm_policy<Element, Arch, size_class::large>::type>(
-          stream, batch, max_m, max_n, alpha, beta, epilogue);
-      return;
+/// Whether problems of element type `Element` run on tensor cores: f16, bf16 and int8 always
+/// (sm_80+), f32 when the caller allowed TF32.
+template <class Element>
+constexpr bool tensor_core_element(bool allow_tf32) {
+  if constexpr (!tensor_core::supported_v<Element>) {
+    return false;
+  } else {
+    return !std::is_same_v<Element, float> || allow_tf32;
   }
 }
 
+/// The compiled default policies of one architecture, picked by size class.
+template <int Arch, class Element, class Batch, class Compute, class Epilogue>
+void launch_default(cudaStream_t stream, const Batch& batch, index_t max_m, index_t max_n,
+                    index_t max_k, Compute alpha, Compute beta, const Epilogue& epilogue,
+                    bool tensor_cores) {
+  const size_class size = classify_gemm(max_m, max_n, max_k);
+  if constexpr (Batch::uniform) {
+    if (size == size_class::tiny) {
+      using tiny_policy = typename default_gemm_policy<Element, Arch, size_class::tiny>::type;
+      launch_tiny<tiny_policy>(stream, batch, alpha, beta, epilogue);
+      return;
+    }
+  }
+  // Grouped tiny problems share the medium tile; blocks past a problem's edge exit at once.
+  const bool large = size == size_class::large;
+  if constexpr (tensor_core::supported_v<Element>) {
+    if (tensor_cores) {
+      if (large) {
+        launch_tensor_core<typename default_tensor_core_policy<Element, Arch, size_class::large>::type>(
+            stream, batch, max_m, max_n, alpha, beta, epilogue);
+      } else {
+        launch_tensor_core<typename default_tensor_core_policy<Element, Arch, size_class::medium>::type>(
+            stream, batch, max_m, max_n, alpha, beta, epilogue);
+      }
+      return;
+    }
+  }
+  if constexpr (!tensor_core::supported_v<Element> || std::is_same_v<Element, float>) {
+    if (large) {
+      launch_tiled<typename default_gemm_policy<Element, Arch, size_class::large>::type>(
+          stream, batch, max_m, max_n, alpha, beta, epilogue);
+    } else {
+      launch_tiled<typename default_gemm_policy<Element, Arch, size_class::medium>::type>(
+          stream, batch, max_m, max_n, alpha, beta, epilogue);
+    }
+  }
+}
+
+/// Runs a batch with `Policy` (void: the defaults). f16, bf16 and int8 need sm_80 or later by
+/// default (tensor cores); a user's SIMT gemm_policy runs them on any architecture.
 template <class Policy, class Batch, class Compute, class Epilogue>
 void dispatch(cudaStream_t stream, const Batch& batch, Compute alpha, Compute beta,
-              const Epilogue& epilogue, const gemm_options& /*options: no tensor-core path yet*/) {
+              const Epilogue& epilogue, const gemm_options& options) {
   index_t max_m, max_n, max_k;
   if constexpr (Batch::uniform) {
     max_m = batch.m, max_n = batch.n, max_k = batch.k;
@@ -116,12 +171,39 @@ void dispatch(cudaStream_t stream, const Batch& batch, Compute alpha, Compute be
     max_m = batch.bounds.max_m, max_n = batch.bounds.max_n, max_k = batch.bounds.max_k;
   }
   using element = std::remove_const_t<std::remove_pointer_t<decltype(batch.problem(0).a.data)>>;
+  constexpr bool needs_tensor_cores =
+      tensor_core::supported_v<element> && !std::is_same_v<element, float>;
   if constexpr (!std::is_void_v<Policy>) {
-    launch_tiled<Policy>(stream, batch, max_m, max_n, alpha, beta, epilogue);
-  } else if (current_arch() >= 90) {
-    launch_default<90, element>(stream, batch, max_m, max_n, max_k, alpha, beta, epilogue);
+    if constexpr (Policy::tensor_cores) {
+      static_assert(tensor_core::supported_v<element>,
+                    "gpubatch::tensor_core_policy: tensor cores take f16, bf16, int8 or f32 (TF32)");
+      if (!tensor_core_element<element>(options.allow_tf32)) {
+        throw invalid_argument("options", "a tensor_core_policy with f32 operands needs "
+                                          "allow_tf32 = true (the MMA rounds inputs to TF32)");
+      }
+      if (current_arch() < 80) {
+        throw error("gpubatch::gemm: a tensor_core_policy needs a GPU of compute capability 8.0 "
+                    "or later");
+      }
+      launch_tensor_core<Policy>(stream, batch, max_m, max_n, alpha, beta, epilogue);
+    } else {
+      launch_tiled<Policy>(stream, batch, max_m, max_n, alpha, beta, epilogue);
+    }
+    return;
   } else {
-    launch_default<80, element>(stream, batch, max_m, max_n, max_k, alpha, beta, epilogue);
+    const int arch = current_arch();
+    if (needs_tensor_cores && arch < 80) {
+      throw error("gpubatch::gemm: f16, bf16 and int8 run on tensor cores, which need a GPU of "
+                  "compute capability 8.0 or later; pass a gemm_policy to run them on SIMT cores");
+    }
+    const bool tensor_cores = tensor_core_element<element>(options.allow_tf32);
+    if (arch >= 90) {
+      launch_default<90, element>(stream, batch, max_m, max_n, max_k, alpha, beta, epilogue,
+                                  tensor_cores);
+    } else {
+      launch_default<80, element>(stream, batch, max_m, max_n, max_k, alpha, beta, epilogue,
+                                  tensor_cores);
+    }
   }
 }
 

@@ -1,0 +1,213 @@
+/// @file detail/gemm/tensor_core.cuh
+/// @brief The tensor-core GEMM kernel (f16, bf16, int8, and f32 as TF32; sm_80 and later):
+/// warp-level MMA on 16 x 16 fragments (nvcuda::wmma, which lowers to mma.sync) fed by a
+/// multistage cp.async pipeline. Included only by translation units compiled by nvcc.
+///
+/// The main loop is written against operand *sources* (detail/gemm/tensor_core.hpp) rather than
+/// matrices, so the implicit-GEMM convolution can feed it its im2col gather unchanged. A Hopper
+/// wgmma + TMA main loop would be a second function with the same contract: stage the block's
+/// operands, leave the block's C tile in shared memory for the shared epilogue store.
+#pragma once
+
+#include <gpubatch/config.hpp>
+#include <gpubatch/detail/gemm/problem.hpp>
+#include <gpubatch/detail/gemm/tensor_core.hpp>
+
+#include <cuda_pipeline_primitives.h>
+#include <mma.h>
+
+#include <cstdint>
+#include <type_traits>
+
+GPUBATCH_KERNELS_BEGIN
+
+namespace gpubatch::detail::tensor_core {
+
+/// The wmma fragment types for element type T: A row-major and B column-major (both K-major in
+/// shared memory), accumulator in f32 (int32 for int8).
+template <class T>
+struct fragments;
+
+template <class Element, class Accumulator, int K>
+struct fragment_types {
+  using a = nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, K, Element,
+                                   nvcuda::wmma::row_major>;
+  using b = nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, K, Element,
+                                   nvcuda::wmma::col_major>;
+  using accumulator = nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, K, Accumulator>;
+  using accumulator_type = Accumulator;
+  template <class Fragment>
+  GPUBATCH_DEVICE static void round(Fragment&) {}
+};
+
+template <>
+struct fragments<half> : fragment_types<half, float, 16> {};
+template <>
+struct fragments<bfloat16> : fragment_types<bfloat16, float, 16> {};
+template <>
+struct fragments<std::int8_t> : fragment_types<signed char, int, 16> {};
+template <>
+struct fragments<float> : fragment_types<nvcuda::wmma::precision::tf32, float, 8> {
+  /// f32 operands enter the MMA as TF32: round once after the fragment load.
+  template <class Fragment>
+  GPUBATCH_DEVICE static void round(Fragment& f) {
+#pragma unroll
+    for (int i = 0; i < f.num_elements; ++i) f.x[i] = nvcuda::wmma::__float_to_tf32(f.x[i]);
+  }
+};
+
+/// One 16-byte asynchronous global-to-shared copy (cp.async), completing at the next wait.
+struct async_copy16 {
+  template <class T>
+  GPUBATCH_DEVICE void operator()(T* shared_dst, const T* global_src) const {
+    __pipeline_memcpy_async(shared_dst, global_src, 16);
+  }
+};
+
+/// The multistage main loop of one thread block: stages K tiles of both operands `Stages - 1`
+/// ahead with cp.async, multiplies each on tensor cores, and leaves the block's
+/// (bm x bn) product in shared memory as accumulators, row-major with pitch Geometry::c_ld.
+/// @param shared the block's dynamic shared memory, at least Geometry::shared_bytes
+/// @return the accumulator tile in shared memory
+template <class Geometry, class SourceA, class SourceB>
+GPUBATCH_DEVICE typename fragments<std::remove_const_t<typename SourceA::element_type>>::accumulator_type*
+mainloop(const SourceA& a, const SourceB& b, index_t k, index_t tile_row, index_t tile_col,
+         unsigned char* shared) {
+  using T = std::remove_const_t<typename SourceA::element_type>;
+  using frag = fragments<T>;
+  using accumulator_type = typename frag::accumulator_type;
+  static_assert(std::is_same_v<T, std::remove_const_t<typename SourceB::element_type>>,
+                "gpubatch: the tensor-core kernel needs A and B of one element type");
+  constexpr int S = Geometry::stages;
+  constexpr int FM = Geometry::fragments_m, FN = Geometry::fragments_n;
+
+  T* const stages = reinterpret_cast<T*>(shared);
+  const int thread = static_cast<int>(threadIdx.x);
+  const int warp = thread / 32;
+  const int warp_row = (warp / Geometry::warps_n) * Geometry::warp_m;
+  const int warp_col = (warp % Geometry::warps_n) * Geometry::warp_n;
+
+  const operand_stager<Geometry, Geometry::bm, Geometry::a_chunks_per_thread, SourceA> a_stager(
+      a, tile_row, thread);
+  const operand_stager<Geometry, Geometry::bn, Geometry::b_chunks_per_thread, SourceB> b_stager(
+      b, tile_col, thread);
+  const auto load = [&](index_t kt, int stage) {
+    T* const a_s = stages + stage * Geometry::stage_elements;
+    a_stager.stage(a, kt * Geometry::bk, thread, a_s, async_copy16{});
+    b_stager.stage(b, kt * Geometry::bk, thread, a_s + Geometry::a_stage_elements,
+                   async_copy16{});
+  };
+
+  typename frag::accumulator acc[FM][FN];
+#pragma unroll
+  for (int i = 0; i < FM; ++i)
+#pragma unroll
+    for (int j = 0; j < FN; ++j) nvcuda::wmma::fill_fragment(acc[i][j], accumulator_type(0));
+
+  const index_t k_tiles = ceil_div(k, Geometry::bk);
+  // Prologue: S - 1 tiles in flight. Every step commits a group, empty or not, so "all but the
+  // newest S - 2 groups have landed" always means "tile kt has landed".
+#pragma unroll
+  for (int s = 0; s < S - 1; ++s) {
+    if (s < k_tiles) load(s, s);
+    __pipeline_commit();
+  }
+  for (index_t kt = 0; kt < k_tiles; ++kt) {
+    __pipeline_wait_prior(S - 2);
+    __syncthreads();  // tile kt is visible to all; stage (kt - 1) % S is free again
+    const index_t next = kt + S - 1;
+    if (next < k_tiles) load(next, static_cast<int>(next % S));
+    __pipeline_commit();
+
+    const T* const a_s = stages + static_cast<int>(kt % S) * Geometry::stage_elements;
+    const T* const b_s = a_s + Geometry::a_stage_elements;
+#pragma unroll
+    for (int slab = 0; slab < Geometry::slabs; ++slab) {
+      typename frag::a a_frag[FM];
+      typename frag::b b_frag[FN];
+#pragma unroll
+      for (int i = 0; i < FM; ++i) {
+        nvcuda::wmma::load_matrix_sync(
+            a_frag[i], a_s + Geometry::offset(Geometry::bm, warp_row + 16 * i, slab * Geometry::mma_k),
+            Geometry::ld);
+        frag::round(a_frag[i]);
+      }
+#pragma unroll
+      for (int j = 0; j < FN; ++j) {
+        nvcuda::wmma::load_matrix_sync(
+            b_frag[j], b_s + Geometry::offset(Geometry::bn, warp_col + 16 * j, slab * Geometry::mma_k),
+            Geometry::ld);
+        frag::round(b_frag[j]);
+      }
+#pragma unroll
+      for (int i = 0; i < FM; ++i)
+#pragma unroll
+        for (int j = 0; j < FN; ++j) nvcuda::wmma::mma_sync(acc[i][j], a_frag[i], b_frag[j], acc[i][j]);
+    }
+  }
+  __pipeline_wait_prior(0);
+  __syncthreads();  // every warp is done with the stages: reuse them for the C tile
+
+  accumulator_type* const c_tile = reinterpret_cast<accumulator_type*>(shared);
+#pragma unroll
+  for (int i = 0; i < FM; ++i)
+#pragma unroll
+    for (int j = 0; j < FN; ++j)
+      nvcuda::wmma::store_matrix_sync(c_tile + (warp_row + 16 * i) * Geometry::c_ld + warp_col + 16 * j,
+                                      acc[i][j], Geometry::c_ld, nvcuda::wmma::mem_row_major);
+  __syncthreads();
+  return c_tile;
+}
+
+/// Hands every element of the block's accumulator tile that lies inside the (m x n) output to
+/// `store(row, col, value)`, consecutive threads on consecutive elements along the output's
+/// contiguous dimension (columns when `cols_contiguous`) so the stores coalesce.
+template <class Geometry, class Accumulator, class Store>
+GPUBATCH_DEVICE void for_each_output(const Accumulator* c_tile, index_t tile_row,
+                                     index_t tile_col, index_t m, index_t n, bool cols_contiguous,
+                                     Store&& store) {
+  for (int e = static_cast<int>(threadIdx.x); e < Geometry::bm * Geometry::bn;
+       e += Geometry::threads) {
+    const int r = cols_contiguous ? e / Geometry::bn : e % Geometry::bm;
+    const int c = cols_contiguous ? e % Geometry::bn : e / Geometry::bm;
+    const index_t row = tile_row + r, col = tile_col + c;
+    if (row < m && col < n) {
+      store(row, col, c_tile[r * Geometry::c_ld + c]);
+    }
+  }
+}
+
+/// One C tile per block: grid.x walks the tiles of a problem, grid.y the problems of this
+/// launch (from `first_problem`). Operands are staged through the tensor-core main loop; the
+/// epilogue is the same store_output every GEMM kernel uses.
+template <class Policy, class Batch, class Compute, class Epilogue>
+GPUBATCH_KERNEL void __launch_bounds__(Policy::threads)
+    tensor_core_gemm_kernel(Batch batch, index_t first_problem, index_t tiles_n, Compute alpha,
+                            Compute beta, Epilogue epilogue) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+  __trap();  // dispatch never launches it below sm_80
+#else
+  const index_t b = first_problem + blockIdx.y;
+  const auto problem = batch.problem(b);
+  using element = std::remove_const_t<std::remove_pointer_t<decltype(problem.a.data)>>;
+  using G = geometry<Policy, element>;
+  const index_t tile_row = static_cast<index_t>(blockIdx.x / tiles_n) * G::bm;
+  const index_t tile_col = static_cast<index_t>(blockIdx.x % tiles_n) * G::bn;
+  if (tile_row >= problem.m || tile_col >= problem.n || problem.k <= 0) {
+    return;  // grouped batches: this problem is smaller than the grid's bounds (block-uniform)
+  }
+  extern __shared__ __align__(128) unsigned char tensor_core_shared[];
+  const auto* const c_tile = mainloop<G>(a_source(problem), b_source(problem), problem.k,
+                                         tile_row, tile_col, tensor_core_shared);
+
+  for_each_output<G>(c_tile, tile_row, tile_col, problem.m, problem.n, problem.c.stride.col == 1,
+                     [&](index_t row, index_t col, auto value) {
+                       store_output(problem.c(row, col), static_cast<Compute>(value), alpha, beta,
+                                    epilogue, b, row, col);
+                     });
+#endif
+}
+
+}  // namespace gpubatch::detail::tensor_core
+
+GPUBATCH_KERNELS_END

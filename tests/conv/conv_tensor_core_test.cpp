@@ -1,0 +1,113 @@
+// The tensor-core convolution's gather, run on the host: every thread of a block stages its
+// chunks of one implicit-GEMM A tile exactly as the kernel does (memcpy standing in for
+// cp.async), and each slot must hold the im2col element the mapping gathers, zero in the padding
+// and past the edges — NHWC (whole 16-byte chunks where the channels allow) and NCHW, with
+// stride, dilation, asymmetric padding and groups.
+#include <gpubatch/detail/conv/problem.hpp>
+#include <gpubatch/detail/gemm/tensor_core.hpp>
+#include <gpubatch/gemm_policy.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <array>
+#include <cstring>
+#include <vector>
+
+#include "../support/inputs.hpp"
+
+using gpubatch::half;
+using gpubatch::index_t;
+using gpubatch::tensor_layout;
+namespace conv = gpubatch::detail::conv;
+namespace tc = gpubatch::detail::tensor_core;
+
+namespace {
+
+struct layer {
+  index_t n, c, h, w, k, r, s;
+  gpubatch::conv2d_params params;
+};
+
+/// Stages every A tile of group `group` of `l` and checks it; returns the whole-chunk copies.
+template <class Policy>
+int check_gather(const layer& l, tensor_layout order, index_t group, index_t x_offset) {
+  using G = tc::geometry<Policy, half>;
+  using mapping = conv::fprop_gemm<half, half, float>;
+  using source = tc::gather_source<mapping, const half>;
+  const conv::conv2d_geometry geo =
+      conv::make_geometry(l.n, l.c, l.h, l.w, l.k, l.r, l.s, l.params, order);
+  INFO("n " << l.n << " c " << l.c << " " << l.h << "x" << l.w << " k " << l.k << " " << l.r
+            << "x" << l.s << " groups " << l.params.groups << " group " << group << " "
+            << (order == tensor_layout::nhwc ? "nhwc" : "nchw") << " x offset " << x_offset);
+  std::vector<std::array<unsigned char, 16>> storage(
+      static_cast<std::size_t>((x_offset + l.n * l.c * l.h * l.w) * 2 / 16 + 2));
+  half* const x = reinterpret_cast<half*>(storage.data()) + x_offset;
+  const auto values = gpubatch::test::random_inputs<half>(static_cast<std::size_t>(l.n * l.c * l.h * l.w), 11);
+  std::copy(values.begin(), values.end(), x);
+  const mapping g{geo, x, nullptr, nullptr, group, 0, l.n, 0, false};
+  const source a = source::make(g, G::vector);
+
+  int whole_chunks = 0;
+  const auto copy16 = [&](half* dst, const half* src) {
+    REQUIRE(tc::aligned16(src));
+    std::memcpy(static_cast<void*>(dst), static_cast<const void*>(src), 16);
+    ++whole_chunks;
+  };
+  half poison;
+  std::memset(static_cast<void*>(&poison), 0x5a, sizeof poison);
+  for (index_t tile_row = 0; tile_row < g.m(); tile_row += G::bm) {
+    for (index_t k0 = 0; k0 < g.k(); k0 += G::bk) {
+      std::vector<half> tile(static_cast<std::size_t>(G::a_stage_elements), poison);
+      for (int thread = 0; thread < G::threads; ++thread) {
+        const tc::operand_stager<G, G::bm, G::a_chunks_per_thread, source> stager(a, tile_row, thread);
+        stager.stage(a, k0, thread, tile.data(), copy16);
+      }
+      for (int r = 0; r < G::bm; ++r) {
+        const auto cursor = g.row(tile_row + r);
+        for (int kk = 0; kk < G::bk; ++kk) {
+          const half* p = k0 + kk < g.k() ? g.a(cursor, k0 + kk) : nullptr;
+          const half want = p != nullptr ? *p : half{};
+          const half got = tile[static_cast<std::size_t>(G::offset(G::bm, r, kk))];
+          INFO("tile (" << tile_row << ", " << k0 << ") row " << r << " kk " << kk);
+          REQUIRE(std::memcmp(&got, &want, sizeof(half)) == 0);
+        }
+      }
+    }
+  }
+  return whole_chunks;
+}
+
+}  // namespace
+
+TEST_CASE("tensor-core gather of NHWC and NCHW convolutions", "[conv][tensor_core]") {
+  using policy = gpubatch::tensor_core_policy<64, 32, 32, 4, 3>;
+  const auto base = gpubatch::conv2d_params{};
+  const std::array<layer, 5> layers{{
+      {2, 16, 7, 9, 8, 3, 3, base.with_padding(1, 1)},                         // 3x3, same padding
+      {1, 32, 11, 6, 4, 3, 3, base.with_padding(0, 2, 1, 0).with_stride(2, 2)}, // asymmetric, stride 2
+      {2, 8, 9, 9, 8, 3, 3, base.with_padding(2, 2).with_dilation(2, 2)},        // dilation
+      {3, 24, 5, 5, 6, 1, 1, base},                                              // 1x1, C = 3 chunks
+      {1, 6, 5, 7, 4, 3, 1, base.with_padding(1, 0)},                           // C not a chunk multiple
+  }};
+  for (const auto& l : layers) {
+    for (const tensor_layout order : {tensor_layout::nhwc, tensor_layout::nchw}) {
+      for (const index_t offset : {index_t{0}, index_t{1}}) {
+        const int whole = check_gather<policy>(l, order, 0, offset);
+        const bool chunked = order == tensor_layout::nhwc && l.c % 8 == 0 && offset == 0;
+        CHECK((whole > 0) == chunked);
+      }
+    }
+  }
+}
+
+TEST_CASE("tensor-core gather of a grouped convolution", "[conv][tensor_core]") {
+  using policy = gpubatch::tensor_core_policy<32, 32, 32, 2, 2>;
+  const layer l{2, 32, 6, 6, 8, 3, 3, gpubatch::conv2d_params{}.with_padding(1, 1).with_groups(2)};
+  for (const index_t group : {index_t{0}, index_t{1}}) {
+    CHECK(check_gather<policy>(l, tensor_layout::nhwc, group, 0) > 0);  // 16 channels per group
+    check_gather<policy>(l, tensor_layout::nchw, group, 0);
+  }
+  // 4 groups of 8 channels: whole chunks; 8 groups of 4: element by element.
+  CHECK(check_gather<policy>({2, 32, 6, 6, 8, 3, 3, l.params.with_groups(4)}, tensor_layout::nhwc, 3, 0) > 0);
+  CHECK(check_gather<policy>({2, 32, 6, 6, 8, 3, 3, l.params.with_groups(8)}, tensor_layout::nhwc, 5, 0) == 0);
+}

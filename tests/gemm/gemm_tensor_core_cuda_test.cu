@@ -1,0 +1,79 @@
+// The tensor-core kernel beyond what the per-type tests reach: f32 on TF32 tensor cores, user
+// tensor-core policies (other tiles, warps and stage counts), the large default tile, and the
+// refusal of f32 on tensor cores without allow_tf32.
+#include "../support/cuda_backend.hpp"
+#include "gemm_check.hpp"
+
+namespace {
+using gpubatch::half;
+using gpubatch::index_t;
+using gpubatch::layout;
+using gpubatch::op;
+using gpubatch::tensor_core_policy;
+using gpubatch::test::batch_form;
+using gpubatch::test::check_gemm;
+using gpubatch::test::gemm_case;
+using gpubatch::test::test_backend;
+using identity = gpubatch::epilogue::identity;
+}  // namespace
+
+TEST_CASE("gemm f32 on TF32 tensor cores: every op and layout, edge sizes", "[gemm][tensor_core]") {
+  const op op_a = GENERATE(op::none, op::transpose);
+  const op op_b = GENERATE(op::none, op::transpose);
+  const layout la = GENERATE(layout::row_major, layout::col_major);
+  const layout lb = GENERATE(layout::row_major, layout::col_major);
+  for (const auto& s : gpubatch::test::edge_shapes()) {
+    gemm_case c{s[0], s[1], s[2], 3, op_a, op_b, la, lb, layout::col_major, 1.0, -0.5};
+    c.pad = s[0] % 2;
+    c.allow_tf32 = true;
+    check_gemm<test_backend, float, float>(c);
+  }
+}
+
+TEST_CASE("gemm f32 on TF32 tensor cores: batch forms and the large tile", "[gemm][tensor_core]") {
+  const batch_form form = GENERATE(batch_form::strided, batch_form::pointer_array, batch_form::grouped);
+  for (const auto& s : {std::array<index_t, 3>{200, 130, 70}, std::array<index_t, 3>{600, 520, 40}}) {
+    gemm_case c{s[0], s[1], s[2], 2, op::none, op::transpose, layout::row_major, layout::row_major,
+                layout::row_major, 0.5, 0.0, form};
+    c.allow_tf32 = true;
+    check_gemm<test_backend, float, float>(c);
+  }
+}
+
+TEST_CASE("gemm f16 and bf16: the large tensor-core tile", "[gemm][tensor_core]") {
+  gemm_case c{600, 520, 72, 2, op::none, op::none, layout::row_major, layout::col_major,
+              layout::row_major, 1.0, 0.5};
+  check_gemm<test_backend, half, half>(c);
+  c.op_a = op::transpose;
+  check_gemm<test_backend, gpubatch::bfloat16, float>(c);
+}
+
+TEST_CASE("gemm with user tensor-core policies", "[gemm][tensor_core]") {
+  using narrow = tensor_core_policy<32, 32, 32, 2, 2>;      // 2 warps, double buffered
+  using deep = tensor_core_policy<128, 64, 64, 4, 4, 3>;    // 4 stages, 3 problems per launch
+  const op op_a = GENERATE(op::none, op::transpose);
+  const batch_form form = GENERATE(batch_form::strided, batch_form::grouped);
+  for (const auto& s : gpubatch::test::edge_shapes()) {
+    gemm_case c{s[0], s[1], s[2], 4, op_a, op::none, layout::row_major, layout::col_major,
+                layout::row_major, 1.0, 0.5, form};
+    c.pad = 1;
+    check_gemm<test_backend, half, float, identity, narrow>(c);
+    check_gemm<test_backend, half, half, identity, deep>(c);
+    check_gemm<test_backend, std::int8_t, std::int32_t, identity, narrow>(c);
+  }
+}
+
+TEST_CASE("a tensor-core policy with f32 needs allow_tf32", "[gemm][tensor_core]") {
+  const auto exec = test_backend::exec();
+  gpubatch::device_buffer<float> a(16, exec), b(16, exec), c(16, exec);
+  using view = gpubatch::matrix_batch_view<float>;
+  try {
+    gpubatch::gemm<tensor_core_policy<32, 32, 16, 2, 2>>(exec, op::none, op::none, 1.0f,
+                                                         view::packed(a, 4, 4, 1),
+                                                         view::packed(b, 4, 4, 1), 0.0f,
+                                                         view::packed(c, 4, 4, 1));
+    FAIL("expected gpubatch::invalid_argument");
+  } catch (const gpubatch::invalid_argument& e) {
+    CHECK(e.parameter() == "options");
+  }
+}
