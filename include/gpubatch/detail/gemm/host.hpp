@@ -13,6 +13,7 @@
 #include <cstring>
 #include <memory>
 #include <new>
+#include <type_traits>
 
 namespace gpubatch::detail::host_gemm {
 
@@ -59,14 +60,36 @@ template <class T, int Bytes>
 struct vector_of {
   typedef T type __attribute__((vector_size(Bytes)));
 };
+
+/// Every lane set to x. Written as x - 0, which is x exactly (so the compiler emits a bare
+/// broadcast, from memory when x is loaded), where 0 + x is not (-0 + 0 = +0) and would cost
+/// an extra add on the shuffle port before each broadcast.
+template <class Vec, class T>
+inline Vec splat(T x) {
+  return x - Vec{};
+}
 #endif
 
-/// acc (MR x NR, row-major) = packed A strip (k x MR) * packed B strip (k x NR).
+/// Where the micro-kernel reads a strip of op(A) (MR rows) and of op(B) (NR columns): element
+/// (row r, reduction p) of A at a[r * a_row + p * a_k], element (p, column c) of B at
+/// b[p * b_k + c]. Packed strips have a_row = 1, a_k = MR, b_k = NR; operands read in place
+/// have their own leading dimensions.
 template <class Compute>
-inline void micro_kernel(index_t k, const Compute* a, const Compute* b, Compute* acc) {
+struct strips {
+  const Compute* a;
+  index_t a_row, a_k;
+  const Compute* b;
+  index_t b_k;
+};
+
+/// acc (MR x NR, row-major) = A strip (MR x k) * B strip (k x NR).
+template <class Compute>
+inline void micro_kernel(index_t k, strips<Compute> s, Compute* acc) {
   constexpr int mr = tuning<Compute>::mr;
   constexpr int nr = tuning<Compute>::nr;
   constexpr int lanes = tuning<Compute>::lanes;
+  const Compute* a = s.a;
+  const Compute* b = s.b;
 #if defined(__GNUC__)
   // GNU vector types pin the accumulators to registers whatever the optimiser decides.
   using vec = typename vector_of<Compute, vector_bytes>::type;
@@ -82,12 +105,12 @@ inline void micro_kernel(index_t k, const Compute* a, const Compute* b, Compute*
     std::memcpy(&b0, b, sizeof(vec));
     std::memcpy(&b1, b + lanes, sizeof(vec));
     for (int i = 0; i < mr; ++i) {
-      const vec ai = vec{} + a[i];
+      const vec ai = splat<vec>(a[i * s.a_row]);
       c0[i] += ai * b0;
       c1[i] += ai * b1;
     }
-    a += mr;
-    b += nr;
+    a += s.a_k;
+    b += s.b_k;
   }
   for (int i = 0; i < mr; ++i) {
     std::memcpy(acc + i * nr, &c0[i], sizeof(vec));
@@ -95,9 +118,9 @@ inline void micro_kernel(index_t k, const Compute* a, const Compute* b, Compute*
   }
 #else
   for (int e = 0; e < mr * nr; ++e) acc[e] = Compute(0);
-  for (index_t p = 0; p < k; ++p, a += mr, b += nr) {
+  for (index_t p = 0; p < k; ++p, a += s.a_k, b += s.b_k) {
     for (int i = 0; i < mr; ++i) {
-      for (int j = 0; j < nr; ++j) acc[i * nr + j] += a[i] * b[j];
+      for (int j = 0; j < nr; ++j) acc[i * nr + j] += a[i * s.a_row] * b[j];
     }
   }
 #endif
@@ -173,6 +196,31 @@ struct blocking {
   }
 };
 
+/// Stores `count` accumulators as C(row, col0 ...) through store_output's arithmetic. A row of C
+/// that is contiguous takes loops the compiler vectorises (beta tested once, not per element).
+template <class TC, class Compute, class Epilogue>
+inline void store_run(const matrix_ref<TC>& c, index_t row, index_t col0, index_t count,
+                      const Compute* acc, Compute alpha, Compute beta, const Epilogue& epilogue,
+                      index_t batch) {
+  if (c.stride.col != 1) {
+    for (index_t j = 0; j < count; ++j) {
+      store_output(c(row, col0 + j), acc[j], alpha, beta, epilogue, batch, row, col0 + j);
+    }
+    return;
+  }
+  TC* const out = &c(row, col0);
+  if (beta == Compute(0)) {
+    for (index_t j = 0; j < count; ++j) {
+      out[j] = convert<TC>(epilogue(alpha * acc[j], batch, row, col0 + j));
+    }
+  } else {
+    for (index_t j = 0; j < count; ++j) {
+      out[j] = convert<TC>(epilogue(alpha * acc[j] + beta * convert<Compute>(out[j]), batch, row,
+                                    col0 + j));
+    }
+  }
+}
+
 /// Computes the C block [i0, i0 + rows) x [j0, j0 + cols) of problem `batch`.
 template <class Compute, class TA, class TB, class TC, class Epilogue>
 void compute_block(const gemm_instance<TA, TB, TC>& p, index_t i0, index_t rows, index_t j0,
@@ -182,59 +230,97 @@ void compute_block(const gemm_instance<TA, TB, TC>& p, index_t i0, index_t rows,
   constexpr int nr = tuning<Compute>::nr;
   const index_t a_strips = ceil_div(rows, mr);
   const index_t b_strips = ceil_div(cols, nr);
-  Compute* const packed_a = scratch<Compute>(static_cast<std::size_t>(a_strips * mr * p.k), 0);
-  Compute* const packed_b = scratch<Compute>(static_cast<std::size_t>(b_strips * nr * p.k), 1);
-  pack_a<Compute>(p.a, p.k, i0, rows, packed_a);
-  pack_b<Compute>(p.b, p.k, j0, cols, packed_b);
+  // Operands already of the compute type whose op() rows are contiguous are read in place,
+  // whole strips at a time; only the rest (and a ragged last strip) is packed. Reading in place
+  // saves a copy of every operand, which is what small and medium problems are bound by.
+  const bool direct_a = std::is_same_v<TA, Compute> && p.a.stride.col == 1;
+  const bool direct_b = std::is_same_v<TB, Compute> && p.b.stride.col == 1;
+  const index_t full_a = direct_a ? rows / mr : 0;  // leading strips read in place
+  const index_t full_b = direct_b ? cols / nr : 0;
+  Compute* const packed_a =
+      scratch<Compute>(static_cast<std::size_t>((a_strips - full_a) * mr * p.k), 0);
+  Compute* const packed_b =
+      scratch<Compute>(static_cast<std::size_t>((b_strips - full_b) * nr * p.k), 1);
+  pack_a<Compute>(p.a, p.k, i0 + full_a * mr, rows - full_a * mr, packed_a);
+  pack_b<Compute>(p.b, p.k, j0 + full_b * nr, cols - full_b * nr, packed_b);
 
   alignas(64) Compute acc[mr * nr];
   for (index_t sj = 0; sj < b_strips; ++sj) {
     const index_t col0 = j0 + sj * nr;
     const index_t valid_cols = std::min<index_t>(nr, j0 + cols - col0);
+    strips<Compute> s{};
+    if (sj < full_b) {
+      s.b = reinterpret_cast<const Compute*>(&p.b(0, col0));
+      s.b_k = p.b.stride.row;
+    } else {
+      s.b = packed_b + (sj - full_b) * nr * p.k;
+      s.b_k = nr;
+    }
     for (index_t si = 0; si < a_strips; ++si) {
       const index_t row0 = i0 + si * mr;
       const index_t valid_rows = std::min<index_t>(mr, i0 + rows - row0);
-      micro_kernel(p.k, packed_a + si * mr * p.k, packed_b + sj * nr * p.k, acc);
+      if (si < full_a) {
+        s.a = reinterpret_cast<const Compute*>(&p.a(row0, 0));
+        s.a_row = p.a.stride.row;
+        s.a_k = 1;
+      } else {
+        s.a = packed_a + (si - full_a) * mr * p.k;
+        s.a_row = 1;
+        s.a_k = mr;
+      }
+      micro_kernel(p.k, s, acc);
       for (index_t r = 0; r < valid_rows; ++r) {
-        for (index_t c = 0; c < valid_cols; ++c) {
-          store_output(p.c(row0 + r, col0 + c), acc[r * nr + c], alpha, beta, epilogue, batch,
-                       row0 + r, col0 + c);
-        }
+        store_run(p.c, row0 + r, col0, valid_cols, acc + r * nr, alpha, beta, epilogue, batch);
       }
     }
   }
 }
 
 /// Tiny problems (m, n <= 32, k <= 64): op(B) converted once into a k x NB block, each row of C
-/// accumulated in NB lanes of vector registers; no packing of A, no blocking.
-template <int NB, class Compute, class TA, class TB, class TC, class Epilogue>
+/// accumulated in vector registers as narrow as NB allows (4 columns take 4-lane vectors, not
+/// 16), four rows at a time; no packing of A, no blocking. `Square` > 0 promises
+/// m = n = k = Square, so every loop has a compile-time trip count and unrolls completely.
+template <int NB, int Square, class Compute, class TA, class TB, class TC, class Epilogue>
 void tiny_problem(const gemm_instance<TA, TB, TC>& p, Compute alpha, Compute beta,
                   const Epilogue& epilogue, index_t batch) {
-  constexpr int lanes = tuning<Compute>::lanes;
+  const index_t m = Square > 0 ? Square : p.m;
+  const index_t n = Square > 0 ? Square : p.n;
+  const index_t k = Square > 0 ? Square : p.k;
+  constexpr int nb_bytes = NB * static_cast<int>(sizeof(Compute));
+  constexpr int bytes = nb_bytes < 16 ? 16 : (nb_bytes < vector_bytes ? nb_bytes : vector_bytes);
+  constexpr int lanes = bytes / static_cast<int>(sizeof(Compute));
   constexpr int vectors = (NB + lanes - 1) / lanes;
   constexpr int width = vectors * lanes;  // NB rounded up to whole vectors
   alignas(64) Compute b[64 * width];
-  for (index_t q = 0; q < p.k; ++q) {
-    for (index_t j = 0; j < width; ++j) {
-      b[q * width + j] = j < p.n ? convert<Compute>(p.b(q, j)) : Compute(0);
+  if (p.b.stride.col == 1 && n == width) {  // rows of op(B) contiguous and exactly one block
+    for (index_t q = 0; q < k; ++q) {
+      const TB* const row = &p.b(q, 0);
+      for (int j = 0; j < width; ++j) b[q * width + j] = convert<Compute>(row[j]);
+    }
+  } else {
+    for (index_t q = 0; q < k; ++q) {
+      for (index_t j = 0; j < width; ++j) {
+        b[q * width + j] = j < n ? convert<Compute>(p.b(q, j)) : Compute(0);
+      }
     }
   }
-  // Four rows at a time: four independent accumulator chains hide the multiply-add latency.
-  constexpr int rows = 4;
+  // Eight rows at a time (four when a row takes more than two vectors, to stay in registers):
+  // independent accumulator chains hide the multiply-add latency.
+  constexpr int rows = vectors <= 2 ? 8 : 4;
   alignas(64) Compute out[rows * width];
-  for (index_t i0 = 0; i0 < p.m; i0 += rows) {
-    const index_t valid = std::min<index_t>(rows, p.m - i0);
+  for (index_t i0 = 0; i0 < m; i0 += rows) {
+    const index_t valid = std::min<index_t>(rows, m - i0);
 #if defined(__GNUC__)
-    using vec = typename vector_of<Compute, vector_bytes>::type;
+    using vec = typename vector_of<Compute, bytes>::type;
     vec acc[rows][vectors];
     for (int r = 0; r < rows; ++r)
       for (int v = 0; v < vectors; ++v) acc[r][v] = vec{};
-    for (index_t q = 0; q < p.k; ++q) {
+    for (index_t q = 0; q < k; ++q) {
       vec bq[vectors];
       std::memcpy(bq, b + q * width, sizeof(bq));
       for (int r = 0; r < rows; ++r) {
         // Rows past the end repeat the last row; their results are discarded.
-        const vec a = vec{} + convert<Compute>(p.a(i0 + std::min<index_t>(r, valid - 1), q));
+        const vec a = splat<vec>(convert<Compute>(p.a(i0 + std::min<index_t>(r, valid - 1), q)));
         for (int v = 0; v < vectors; ++v) acc[r][v] += a * bq[v];
       }
     }
@@ -242,15 +328,13 @@ void tiny_problem(const gemm_instance<TA, TB, TC>& p, Compute alpha, Compute bet
 #else
     for (int e = 0; e < rows * width; ++e) out[e] = Compute(0);
     for (index_t r = 0; r < valid; ++r)
-      for (index_t q = 0; q < p.k; ++q) {
+      for (index_t q = 0; q < k; ++q) {
         const Compute a = convert<Compute>(p.a(i0 + r, q));
         for (int j = 0; j < width; ++j) out[r * width + j] += a * b[q * width + j];
       }
 #endif
     for (index_t r = 0; r < valid; ++r) {
-      for (index_t j = 0; j < p.n; ++j) {
-        store_output(p.c(i0 + r, j), out[r * width + j], alpha, beta, epilogue, batch, i0 + r, j);
-      }
+      store_run(p.c, i0 + r, 0, n, out + r * width, alpha, beta, epilogue, batch);
     }
   }
 }
@@ -258,12 +342,27 @@ void tiny_problem(const gemm_instance<TA, TB, TC>& p, Compute alpha, Compute bet
 template <class Compute, class TA, class TB, class TC, class Epilogue>
 void tiny(const gemm_instance<TA, TB, TC>& p, Compute alpha, Compute beta,
           const Epilogue& epilogue, index_t batch) {
-  if (p.n <= 8) {
-    tiny_problem<8>(p, alpha, beta, epilogue, batch);
+  const bool square = p.m == p.n && p.n == p.k;
+  if (p.n <= 4) {
+    if (square && p.n == 4) {
+      tiny_problem<4, 4>(p, alpha, beta, epilogue, batch);
+    } else {
+      tiny_problem<4, 0>(p, alpha, beta, epilogue, batch);
+    }
+  } else if (p.n <= 8) {
+    if (square && p.n == 8) {
+      tiny_problem<8, 8>(p, alpha, beta, epilogue, batch);
+    } else {
+      tiny_problem<8, 0>(p, alpha, beta, epilogue, batch);
+    }
   } else if (p.n <= 16) {
-    tiny_problem<16>(p, alpha, beta, epilogue, batch);
+    if (square && p.n == 16) {
+      tiny_problem<16, 16>(p, alpha, beta, epilogue, batch);
+    } else {
+      tiny_problem<16, 0>(p, alpha, beta, epilogue, batch);
+    }
   } else {
-    tiny_problem<32>(p, alpha, beta, epilogue, batch);
+    tiny_problem<32, 0>(p, alpha, beta, epilogue, batch);
   }
 }
 
