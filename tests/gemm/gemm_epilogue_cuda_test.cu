@@ -1,5 +1,6 @@
 #include "../support/cuda_backend.hpp"
 
+#define GEMM_EPILOGUE_PART 1  // part 2: gemm_epilogue_residual_cuda_test.cu
 #include "gemm_epilogue.inc"
 
 TEST_CASE("gemm_grouped on the CUDA backend needs size bounds", "[gemm]") {

@@ -233,8 +233,13 @@ void compute_block(const gemm_instance<TA, TB, TC>& p, index_t i0, index_t rows,
   // Operands already of the compute type whose op() rows are contiguous are read in place,
   // whole strips at a time; only the rest (and a ragged last strip) is packed. Reading in place
   // saves a copy of every operand, which is what small and medium problems are bound by.
-  const bool direct_a = std::is_same_v<TA, Compute> && p.a.stride.col == 1;
-  const bool direct_b = std::is_same_v<TB, Compute> && p.b.stride.col == 1;
+  // B strips are read in place only while one fits in L1: a long strip of rows a leading
+  // dimension apart (often a multiple of 4 KiB) defeats the prefetcher and aliases cache sets.
+  // A strips (MR rows read side by side) likewise only when rows are not 4 KiB apart.
+  const bool direct_a = std::is_same_v<TA, Compute> && p.a.stride.col == 1 &&
+                        (p.a.stride.row * static_cast<index_t>(sizeof(Compute))) % 4096 != 0;
+  const bool direct_b = std::is_same_v<TB, Compute> && p.b.stride.col == 1 &&
+                        p.k * nr * static_cast<index_t>(sizeof(Compute)) <= 32 * 1024;
   const index_t full_a = direct_a ? rows / mr : 0;  // leading strips read in place
   const index_t full_b = direct_b ? cols / nr : 0;
   Compute* const packed_a =
