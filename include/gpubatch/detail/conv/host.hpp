@@ -331,7 +331,8 @@ void gemm_block(const fprop_gemm<TX, TW, TY>& g, const Compute* packed_b, index_
     for (index_t sj = 0; sj < b_strips; ++sj) {
       const Compute* const b = packed_b + sj * nr * gk + k0 * nr;
       for (index_t si = 0; si < a_strips; ++si) {
-        host_gemm::micro_kernel(kcur, host_gemm::strips<Compute>{a + si * mr * kcur, 1, mr, b, nr}, acc);
+        host_gemm::micro_kernel(kcur, host_gemm::strips<Compute>{a + si * mr * kcur, 1, mr, b, nr}, acc, nr,
+                                /*accumulate=*/false);
         Compute* const tile = sums + si * mr * ldc + sj * nr;
         for (int r = 0; r < mr; ++r) {
           for (int c = 0; c < nr; ++c) {

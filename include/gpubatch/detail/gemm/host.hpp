@@ -37,16 +37,20 @@ struct tuning {
   static constexpr index_t mc = mr * 16;
   /// Bytes of packed op(B) one task keeps: most of a 1-2 MiB L2.
   static constexpr index_t b_panel_bytes = 512 * 1024;
+  /// Reduction steps per pass over a block: keeps a B strip (kc x NR) within L1 while all of
+  /// the block's A strips stream past it.
+  static constexpr index_t kc = 256;
 };
 
-/// A per-thread scratch buffer, grown on demand and reused by later calls on the same thread.
+/// A per-thread scratch buffer (slot 0, 1 or 2), grown on demand and reused by later calls on
+/// the same thread.
 template <class Compute>
 Compute* scratch(std::size_t count, int slot) {
   struct aligned_delete {
     void operator()(Compute* p) const { ::operator delete(p, std::align_val_t{64}); }
   };
-  thread_local std::unique_ptr<Compute, aligned_delete> buffers[2];
-  thread_local std::size_t capacity[2] = {0, 0};
+  thread_local std::unique_ptr<Compute, aligned_delete> buffers[3];
+  thread_local std::size_t capacity[3] = {0, 0, 0};
   if (capacity[slot] < count) {
     buffers[slot].reset(static_cast<Compute*>(
         ::operator new(count * sizeof(Compute), std::align_val_t{64})));
@@ -82,11 +86,13 @@ struct strips {
   index_t b_k;
 };
 
-/// acc (MR x NR, row-major) = A strip (MR x k) * B strip (k x NR).
+/// acc (MR x NR, row pitch acc_ld) = A strip (MR x k) * B strip (k x NR), plus acc's previous
+/// contents when `accumulate` (later passes over the reduction).
 template <class Compute>
-inline void micro_kernel(index_t k, strips<Compute> s, Compute* acc) {
+inline void micro_kernel(index_t k, strips<Compute> s, Compute* acc, index_t acc_ld,
+                         bool accumulate) {
   constexpr int mr = tuning<Compute>::mr;
-  constexpr int nr = tuning<Compute>::nr;
+  [[maybe_unused]] constexpr int nr = tuning<Compute>::nr;  // the portable loop
   constexpr int lanes = tuning<Compute>::lanes;
   const Compute* a = s.a;
   const Compute* b = s.b;
@@ -98,6 +104,10 @@ inline void micro_kernel(index_t k, strips<Compute> s, Compute* acc) {
   for (int i = 0; i < mr; ++i) {
     c0[i] = vec{};
     c1[i] = vec{};
+    if (accumulate) {
+      std::memcpy(&c0[i], acc + i * acc_ld, sizeof(vec));
+      std::memcpy(&c1[i], acc + i * acc_ld + lanes, sizeof(vec));
+    }
   }
   for (index_t p = 0; p < k; ++p) {
     vec b0;
@@ -113,14 +123,16 @@ inline void micro_kernel(index_t k, strips<Compute> s, Compute* acc) {
     b += s.b_k;
   }
   for (int i = 0; i < mr; ++i) {
-    std::memcpy(acc + i * nr, &c0[i], sizeof(vec));
-    std::memcpy(acc + i * nr + lanes, &c1[i], sizeof(vec));
+    std::memcpy(acc + i * acc_ld, &c0[i], sizeof(vec));
+    std::memcpy(acc + i * acc_ld + lanes, &c1[i], sizeof(vec));
   }
 #else
-  for (int e = 0; e < mr * nr; ++e) acc[e] = Compute(0);
+  for (int i = 0; i < mr; ++i)
+    for (int j = 0; j < nr; ++j)
+      if (!accumulate) acc[i * acc_ld + j] = Compute(0);
   for (index_t p = 0; p < k; ++p, a += s.a_k, b += s.b_k) {
     for (int i = 0; i < mr; ++i) {
-      for (int j = 0; j < nr; ++j) acc[i * nr + j] += a[i * s.a_row] * b[j];
+      for (int j = 0; j < nr; ++j) acc[i * acc_ld + j] += a[i * s.a_row] * b[j];
     }
   }
 #endif
@@ -249,33 +261,49 @@ void compute_block(const gemm_instance<TA, TB, TC>& p, index_t i0, index_t rows,
   pack_a<Compute>(p.a, p.k, i0 + full_a * mr, rows - full_a * mr, packed_a);
   pack_b<Compute>(p.b, p.k, j0 + full_b * nr, cols - full_b * nr, packed_b);
 
+  // Long reductions run in passes of kc steps over every micro-tile of the block, the sums
+  // kept in a block-sized tile, so each B strip is reused from L1 by all the A strips.
+  const index_t kc = std::min<index_t>(tuning<Compute>::kc, p.k);
+  const bool passes = kc < p.k;
+  const index_t tile_ld = b_strips * nr;
   alignas(64) Compute acc[mr * nr];
-  for (index_t sj = 0; sj < b_strips; ++sj) {
-    const index_t col0 = j0 + sj * nr;
-    const index_t valid_cols = std::min<index_t>(nr, j0 + cols - col0);
-    strips<Compute> s{};
-    if (sj < full_b) {
-      s.b = reinterpret_cast<const Compute*>(&p.b(0, col0));
-      s.b_k = p.b.stride.row;
-    } else {
-      s.b = packed_b + (sj - full_b) * nr * p.k;
-      s.b_k = nr;
-    }
-    for (index_t si = 0; si < a_strips; ++si) {
-      const index_t row0 = i0 + si * mr;
-      const index_t valid_rows = std::min<index_t>(mr, i0 + rows - row0);
-      if (si < full_a) {
-        s.a = reinterpret_cast<const Compute*>(&p.a(row0, 0));
-        s.a_row = p.a.stride.row;
-        s.a_k = 1;
+  Compute* const tile =
+      passes ? scratch<Compute>(static_cast<std::size_t>(a_strips * mr * tile_ld), 2) : acc;
+  for (index_t k0 = 0; k0 < p.k; k0 += kc) {
+    const index_t kcur = std::min(kc, p.k - k0);
+    const bool last = k0 + kcur == p.k;
+    for (index_t sj = 0; sj < b_strips; ++sj) {
+      const index_t col0 = j0 + sj * nr;
+      const index_t valid_cols = std::min<index_t>(nr, j0 + cols - col0);
+      strips<Compute> s{};
+      if (sj < full_b) {
+        s.b = reinterpret_cast<const Compute*>(&p.b(k0, col0));
+        s.b_k = p.b.stride.row;
       } else {
-        s.a = packed_a + (si - full_a) * mr * p.k;
-        s.a_row = 1;
-        s.a_k = mr;
+        s.b = packed_b + (sj - full_b) * nr * p.k + k0 * nr;
+        s.b_k = nr;
       }
-      micro_kernel(p.k, s, acc);
-      for (index_t r = 0; r < valid_rows; ++r) {
-        store_run(p.c, row0 + r, col0, valid_cols, acc + r * nr, alpha, beta, epilogue, batch);
+      for (index_t si = 0; si < a_strips; ++si) {
+        const index_t row0 = i0 + si * mr;
+        if (si < full_a) {
+          s.a = reinterpret_cast<const Compute*>(&p.a(row0, k0));
+          s.a_row = p.a.stride.row;
+          s.a_k = 1;
+        } else {
+          s.a = packed_a + (si - full_a) * mr * p.k + k0 * mr;
+          s.a_row = 1;
+          s.a_k = mr;
+        }
+        Compute* const sums = passes ? tile + si * mr * tile_ld + sj * nr : acc;
+        const index_t sums_ld = passes ? tile_ld : nr;
+        micro_kernel(kcur, s, sums, sums_ld, k0 > 0);
+        if (last) {
+          const index_t valid_rows = std::min<index_t>(mr, i0 + rows - row0);
+          for (index_t r = 0; r < valid_rows; ++r) {
+            store_run(p.c, row0 + r, col0, valid_cols, sums + r * sums_ld, alpha, beta, epilogue,
+                      batch);
+          }
+        }
       }
     }
   }
