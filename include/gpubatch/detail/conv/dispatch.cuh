@@ -68,7 +68,7 @@ void with_policy(int arch, size_class size, bool tf32, F&& f) {
     const auto pick = [&](auto arch_tag) {
       constexpr int A = decltype(arch_tag)::value;
       if constexpr (std::is_same_v<E, float>) {
-        if (tf32) {
+        if (tf32 && arch >= 80) {  // allowed, not required: below sm_80 f32 stays on SIMT
           if (size == size_class::large) {
             f(policy_tag<typename default_tensor_core_policy<E, A, size_class::large>::type>{});
           } else {

@@ -196,7 +196,8 @@ void dispatch(cudaStream_t stream, const Batch& batch, Compute alpha, Compute be
       throw error("gpubatch::gemm: f16, bf16 and int8 run on tensor cores, which need a GPU of "
                   "compute capability 8.0 or later; pass a gemm_policy to run them on SIMT cores");
     }
-    const bool tensor_cores = tensor_core_element<element>(options.allow_tf32);
+    // allow_tf32 allows tensor cores, it does not require them: below sm_80, f32 stays on SIMT.
+    const bool tensor_cores = arch >= 80 && tensor_core_element<element>(options.allow_tf32);
     if (arch >= 90) {
       launch_default<90, element>(stream, batch, max_m, max_n, max_k, alpha, beta, epilogue,
                                   tensor_cores);
