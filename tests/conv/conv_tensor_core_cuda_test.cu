@@ -53,6 +53,12 @@ TEST_CASE("conv2d: the large tensor-core tile", "[conv][tensor_core]") {
 
 TEST_CASE("a tensor-core conv2d policy with f32 needs allow_tf32", "[conv][tensor_core]") {
   const conv_case cc = gpubatch::test::odd_layers()[0];
+  // With it, the layer runs; the workspace query answers 0 (no split-K on tensor cores).
+  std::size_t bytes = 1;
+  check_conv<test_backend, float, float, ep::identity, tensor_core_policy<32, 32, 16, 2, 2>>(
+      cc, tensor_layout::nhwc, filter_form::shared, 1.0, 0.0, ep::identity{}, nullptr, &bytes,
+      /*allow_tf32=*/true);
+  CHECK(bytes == 0);
   try {
     check_conv<test_backend, float, float, ep::identity, tensor_core_policy<32, 32, 16, 2, 2>>(
         cc, tensor_layout::nhwc);

@@ -104,24 +104,25 @@ template <class Policy, class Compute, class TX, class TW, class TY>
 split_k<Compute> plan_split(const conv::fprop_batch<TX, TW, TY>& batch, int sms) {
   if constexpr (Policy::tensor_cores) {
     return no_split<Compute>();  // the tensor-core kernel does not split K
+  } else {
+    const index_t m = batch.gemm_m(), n = batch.geo.kg(), k = batch.geo.gemm_k();
+    const index_t blocks = ceil_div(m, Policy::tile_m) * ceil_div(n, Policy::tile_n) * batch.count();
+    if (blocks <= 0 || blocks >= sms) {
+      return no_split<Compute>();
+    }
+    const index_t by_occupancy = ceil_div(2 * index_t{sms}, blocks);
+    const index_t by_depth = k / (4 * Policy::tile_k);
+    const index_t wanted = std::min<index_t>({by_occupancy, by_depth, 16});
+    if (wanted <= 1) {
+      return no_split<Compute>();
+    }
+    const index_t chunk = ceil_div(ceil_div(k, wanted), Policy::tile_k) * Policy::tile_k;
+    const index_t count = ceil_div(k, chunk);  // every slice non-empty
+    if (count <= 1) {
+      return no_split<Compute>();
+    }
+    return {count, chunk, nullptr, batch.count()};
   }
-  const index_t m = batch.gemm_m(), n = batch.geo.kg(), k = batch.geo.gemm_k();
-  const index_t blocks = ceil_div(m, Policy::tile_m) * ceil_div(n, Policy::tile_n) * batch.count();
-  if (blocks <= 0 || blocks >= sms) {
-    return no_split<Compute>();
-  }
-  const index_t by_occupancy = ceil_div(2 * index_t{sms}, blocks);
-  const index_t by_depth = k / (4 * Policy::tile_k);
-  const index_t wanted = std::min<index_t>({by_occupancy, by_depth, 16});
-  if (wanted <= 1) {
-    return no_split<Compute>();
-  }
-  const index_t chunk = ceil_div(ceil_div(k, wanted), Policy::tile_k) * Policy::tile_k;
-  const index_t count = ceil_div(k, chunk);  // every slice non-empty
-  if (count <= 1) {
-    return no_split<Compute>();
-  }
-  return {count, chunk, nullptr, batch.count()};
 }
 
 /// Workspace bytes a split plan needs.
@@ -138,6 +139,11 @@ std::size_t split_bytes(const conv::fprop_batch<TX, TW, TY>& batch, const split_
 template <class Policy, class TX, class TW, class TY>
 std::size_t workspace_bytes(const conv::fprop_batch<TX, TW, TY>& batch) {
   using compute = compute_type_t<std::remove_const_t<TX>>;
+  if constexpr (!std::is_void_v<Policy>) {
+    if constexpr (Policy::tensor_cores) {
+      return 0;  // the tensor-core kernel does not split K (and f32 needs allow_tf32 to run)
+    }
+  }
   if (std::is_void_v<Policy> && batch.geo.cg() == 1) {
     return 0;  // the depthwise kernel needs none
   }

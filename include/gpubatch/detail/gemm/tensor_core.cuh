@@ -23,6 +23,10 @@ GPUBATCH_KERNELS_BEGIN
 
 namespace gpubatch::detail::tensor_core {
 
+// The warp-MMA types (TF32 and bf16 above all) exist only from sm_80 on: device passes for
+// older architectures see none of this, and the kernels compile to a trap there.
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+
 /// The wmma fragment types for element type T: A row-major and B column-major (both K-major in
 /// shared memory), accumulator in f32 (int32 for int8).
 template <class T>
@@ -176,6 +180,8 @@ GPUBATCH_DEVICE void for_each_output(const Accumulator* c_tile, index_t tile_row
     }
   }
 }
+
+#endif  // !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
 
 /// One C tile per block: grid.x walks the tiles of a problem, grid.y the problems of this
 /// launch (from `first_problem`). Operands are staged through the tensor-core main loop; the
