@@ -456,8 +456,11 @@ def render(results_dir: Path, plots_dir: Path, output: Path, plots: bool) -> int
         label = machine_label(ctx, machine)
         md += [f"## {label}", ""] + hardware_lines(ctx)
         for f in mfiles:
+            # The baseline library's kernel choice decides what a ratio means: record it.
+            blas = (f", OpenBLAS kernels for {f.context['openblas_core']}"
+                    if "openblas_core" in f.context else "")
             md.append(f"- `{f.path.name}`: {f.context.get('date', 'unknown date')}, "
-                      f"commit {f.context.get('gpubatch_commit', 'unknown')}")
+                      f"commit {f.context.get('gpubatch_commit', 'unknown')}{blas}")
         md.append("")
 
         groups = [g for f in mfiles for g in f.groups]

@@ -24,6 +24,8 @@
 #include <vector>
 
 #if GPUBATCH_BENCH_OPENBLAS
+#include "support/openblas.hpp"
+
 #include <cblas.h>
 #endif
 

@@ -1,12 +1,20 @@
 // Host-backend batched GEMM against a loop of OpenBLAS calls over the same batch, OpenMP across
 // the batch for both (OpenBLAS single-threaded inside each call, as a batch loop would run it).
 //
-//   gemm_f32.host   gpubatch::gemm(on_host, ...)   vs  cblas_sgemm per problem
-//   gemm_f64.host   gpubatch::gemm(on_host, ...)   vs  cblas_dgemm per problem
+//   gemm_f32.host      gpubatch::gemm(on_host, ...)   vs  cblas_sgemm per problem
+//   gemm_f64.host      gpubatch::gemm(on_host, ...)   vs  cblas_dgemm per problem
+//   gemm_f32_l2.host   the same, on batches that stay in the L2 caches
+//   gemm_f64_l2.host
 //
-// Square row-major problems, n = 4 ... 512, batch sized so one iteration is ~2^26 FLOPs (and at
-// least 2 problems). Inputs are random; C is overwritten (beta = 0).
+// Square row-major problems. Inputs are random; C is overwritten (beta = 0). Two regimes:
+//  - streaming (gemm_f32.host, n = 4 ... 512): batch sized so one iteration is ~2^26 FLOPs, at
+//    least 2 problems; up to n = 16 the batch is tens of MiB, far beyond L2, so small sizes
+//    are bound by memory bandwidth (compare bytes_per_second with the machine's);
+//  - cache-resident (gemm_*_l2.host, n = 4 ... 128): about 512 KiB of operands per thread, as
+//    when a batch was just produced by the previous layer; computation and per-call overhead,
+//    not memory, decide.
 #include "support/harness.hpp"
+#include "support/openblas.hpp"
 
 #include <gpubatch/gemm.hpp>
 
@@ -15,6 +23,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <omp.h>
 #include <random>
 #include <vector>
 
@@ -23,7 +32,15 @@ namespace {
 namespace bench = gpubatch::bench;
 using gpubatch::index_t;
 
-index_t batch_for(index_t n) {
+/// Problems of one iteration: ~2^26 FLOPs when streaming, else ~512 KiB of A, B and C per
+/// thread (a whole number of problems per thread).
+template <class T>
+index_t batch_for(index_t n, bool cache_resident) {
+  if (cache_resident) {
+    const index_t threads = omp_get_max_threads();
+    const index_t bytes = 3 * n * n * static_cast<index_t>(sizeof(T));
+    return threads * std::max<index_t>(1, 512 * 1024 / bytes);
+  }
   const index_t flops_per_problem = 2 * n * n * n;
   return std::clamp<index_t>((index_t{1} << 26) / flops_per_problem, 2, 1 << 16);
 }
@@ -32,7 +49,8 @@ template <class T>
 struct square_batch {
   index_t n, count;
   std::vector<T> a, b, c;
-  explicit square_batch(index_t size) : n(size), count(batch_for(size)) {
+  square_batch(index_t size, bool cache_resident)
+      : n(size), count(batch_for<T>(size, cache_resident)) {
     const auto elements = static_cast<std::size_t>(n * n * count);
     std::mt19937_64 engine(7);
     std::uniform_real_distribution<T> dist(-1, 1);
@@ -49,10 +67,10 @@ struct square_batch {
   }
 };
 
-template <class T>
+template <class T, bool CacheResident>
 void gemm_gpubatch(benchmark::State& state) {
   bench::run_host_benchmark(state, [&] {
-    square_batch<T> data(state.range(0));
+    square_batch<T> data(state.range(0), CacheResident);
     const index_t n = data.n;
     const auto a = gpubatch::matrix_batch_view<const T>::packed(data.a, n, n, data.count);
     const auto b = gpubatch::matrix_batch_view<const T>::packed(data.b, n, n, data.count);
@@ -65,10 +83,10 @@ void gemm_gpubatch(benchmark::State& state) {
   });
 }
 
-template <class T>
+template <class T, bool CacheResident>
 void gemm_openblas(benchmark::State& state) {
   bench::run_host_benchmark(state, [&] {
-    square_batch<T> data(state.range(0));
+    square_batch<T> data(state.range(0), CacheResident);
     const int n = static_cast<int>(data.n);
     const index_t stride = data.n * data.n;
     openblas_set_num_threads(1);  // parallelism comes from the loop over the batch, as for gpubatch
@@ -92,10 +110,21 @@ void gemm_openblas(benchmark::State& state) {
 void sizes(benchmark::internal::Benchmark* b) {
   b->ArgName("n")->RangeMultiplier(2)->Range(4, 512)->UseRealTime()->Unit(benchmark::kMicrosecond);
 }
+void resident_sizes(benchmark::internal::Benchmark* b) {
+  b->ArgName("n")->RangeMultiplier(2)->Range(4, 128)->UseRealTime()->Unit(benchmark::kMicrosecond);
+}
 
-BENCHMARK(gemm_gpubatch<float>)->Name(bench::name("gemm_f32.host", bench::subject))->Apply(sizes);
-BENCHMARK(gemm_openblas<float>)->Name(bench::name("gemm_f32.host", "openblas"))->Apply(sizes);
-BENCHMARK(gemm_gpubatch<double>)->Name(bench::name("gemm_f64.host", bench::subject))->Apply(sizes);
-BENCHMARK(gemm_openblas<double>)->Name(bench::name("gemm_f64.host", "openblas"))->Apply(sizes);
+BENCHMARK(gemm_gpubatch<float, false>)->Name(bench::name("gemm_f32.host", bench::subject))->Apply(sizes);
+BENCHMARK(gemm_openblas<float, false>)->Name(bench::name("gemm_f32.host", "openblas"))->Apply(sizes);
+BENCHMARK(gemm_gpubatch<double, false>)->Name(bench::name("gemm_f64.host", bench::subject))->Apply(sizes);
+BENCHMARK(gemm_openblas<double, false>)->Name(bench::name("gemm_f64.host", "openblas"))->Apply(sizes);
+BENCHMARK(gemm_gpubatch<float, true>)
+    ->Name(bench::name("gemm_f32_l2.host", bench::subject))->Apply(resident_sizes);
+BENCHMARK(gemm_openblas<float, true>)
+    ->Name(bench::name("gemm_f32_l2.host", "openblas"))->Apply(resident_sizes);
+BENCHMARK(gemm_gpubatch<double, true>)
+    ->Name(bench::name("gemm_f64_l2.host", bench::subject))->Apply(resident_sizes);
+BENCHMARK(gemm_openblas<double, true>)
+    ->Name(bench::name("gemm_f64_l2.host", "openblas"))->Apply(resident_sizes);
 
 }  // namespace

@@ -201,10 +201,10 @@ void check_gemm(gemm_case c, Epilogue epi = {}, const Epilogue* reference_epi = 
 }
 
 /// Edge sizes that exercise full tiles, partial tiles and degenerate shapes on both backends,
-/// and the square tiny sizes the host backend unrolls completely (4, 8, 16).
+/// and the square tiny sizes the host backend unrolls completely (4, 8, 16, 32).
 inline std::vector<std::array<index_t, 3>> edge_shapes() {
-  return {{1, 1, 1},  {3, 17, 33},   {17, 3, 1},     {4, 4, 4},      {8, 8, 8},
-          {16, 16, 16}, {33, 33, 33}, {8, 32, 64}, {65, 127, 17}, {127, 33, 129}};
+  return {{1, 1, 1},    {3, 17, 33},  {17, 3, 1},  {4, 4, 4},     {8, 8, 8},     {16, 16, 16},
+          {32, 32, 32}, {33, 33, 33}, {8, 32, 64}, {65, 127, 17}, {127, 33, 129}};
 }
 
 }  // namespace gpubatch::test

@@ -19,22 +19,12 @@
 using gpubatch::index_t;
 using gpubatch::layout;
 using gpubatch::op;
+using gpubatch::test::byte_poison;
+using gpubatch::test::same_bits;
 namespace detail = gpubatch::detail;
 namespace tc = gpubatch::detail::tensor_core;
 
 namespace {
-
-template <class T>
-bool same_bits(const T& x, const T& y) {
-  return std::memcmp(&x, &y, sizeof(T)) == 0;
-}
-
-template <class T>
-T poison() {
-  T value;
-  std::memset(static_cast<void*>(&value), 0x5a, sizeof(T));
-  return value;
-}
 
 /// One operand case: op(X) has `rows` x `k` elements (rows = m for A, n for B).
 struct operand_case {
@@ -84,7 +74,7 @@ int check_staging(const operand_case& oc, index_t tile_row, index_t k0) {
     return r < oc.rows && kk < oc.k ? x(r, kk) : T{};
   };
 
-  std::vector<T> tile(static_cast<std::size_t>(G::slabs * Rows * G::ld), poison<T>());
+  std::vector<T> tile(static_cast<std::size_t>(G::slabs * Rows * G::ld), byte_poison<T>());
   int whole_chunks = 0;
   const auto copy16 = [&](T* dst, const T* src) {
     REQUIRE(tc::aligned16(src));
@@ -106,7 +96,7 @@ int check_staging(const operand_case& oc, index_t tile_row, index_t k0) {
           REQUIRE(G::offset(Rows, r, kk) == (slab * Rows + r) * G::ld + e);
           REQUIRE(same_bits(got, expected(tile_row + r, k0 + kk)));
         } else {
-          REQUIRE(same_bits(got, poison<T>()));  // the pad is never written
+          REQUIRE(same_bits(got, byte_poison<T>()));  // the pad is never written
         }
       }
     }

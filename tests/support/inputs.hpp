@@ -5,6 +5,7 @@
 #include <gpubatch/numeric.hpp>
 
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <type_traits>
 #include <vector>
@@ -35,6 +36,21 @@ T poison_value() {
   } else {
     return convert<T>(std::numeric_limits<float>::quiet_NaN());
   }
+}
+
+/// A bit pattern no load or conversion produces (0x5a in every byte: neither zero nor a value in
+/// [-1, 1)), for shared-memory images in which a never-written slot must stand out.
+template <class T>
+T byte_poison() {
+  T value;
+  std::memset(static_cast<void*>(&value), 0x5a, sizeof(T));
+  return value;
+}
+
+/// Whether x and y are the same bits (NaN-safe and exact, for staged copies of inputs).
+template <class T>
+bool same_bits(const T& x, const T& y) {
+  return std::memcmp(&x, &y, sizeof(T)) == 0;
 }
 
 /// Relative-norm tolerance for results of type T computed with f32 (or wider) accumulation from

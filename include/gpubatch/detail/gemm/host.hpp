@@ -14,6 +14,7 @@
 #include <memory>
 #include <new>
 #include <type_traits>
+#include <utility>
 
 namespace gpubatch::detail::host_gemm {
 
@@ -35,8 +36,10 @@ struct tuning {
   static constexpr int mr = vector_bytes == 64 ? 8 : 6;
   /// Rows of op(A) one task packs: a block that stays in L2 next to the B panel.
   static constexpr index_t mc = mr * 16;
-  /// Bytes of packed op(B) one task keeps: most of a 1-2 MiB L2.
-  static constexpr index_t b_panel_bytes = 512 * 1024;
+  /// Bytes of packed op(B) one task keeps. Only one NR-wide strip of it need stay in L1 while
+  /// the A block streams from L2, so the panel may exceed L2: a wide panel packs each A block
+  /// once per problem instead of once per panel (n = 512 f64: 1.28x -> 1.11x the OpenBLAS time).
+  static constexpr index_t b_panel_bytes = 2048 * 1024;
   /// Reduction steps per pass over a block: keeps a B strip (kc x NR) within L1 while all of
   /// the block's A strips stream past it.
   static constexpr index_t kc = 256;
@@ -143,13 +146,18 @@ inline void micro_kernel(index_t k, strips<Compute> s, Compute* acc, index_t acc
 template <class Compute, class TA>
 void pack_a(matrix_ref<const TA> a, index_t k, index_t i0, index_t rows, Compute* out) {
   constexpr int mr = tuning<Compute>::mr;
+  if (rows <= 0) return;
   for (index_t s = 0; s < rows; s += mr, out += k * mr) {
     const index_t valid = std::min<index_t>(mr, rows - s);
     const TA* const base = a.data + (i0 + s) * a.stride.row;
     if (a.stride.row == 1) {  // op(A) columns contiguous: copy MR-element runs
       for (index_t p = 0; p < k; ++p) {
         const TA* const column = base + p * a.stride.col;
-        for (index_t r = 0; r < mr; ++r) out[p * mr + r] = r < valid ? convert<Compute>(column[r]) : Compute(0);
+        if (std::is_same_v<TA, Compute> && valid == mr) {
+          std::memcpy(out + p * mr, column, mr * sizeof(Compute));  // a vector move
+        } else {
+          for (index_t r = 0; r < mr; ++r) out[p * mr + r] = r < valid ? convert<Compute>(column[r]) : Compute(0);
+        }
       }
     } else {  // op(A) rows contiguous (or neither): walk each row
       for (index_t r = 0; r < mr; ++r) {
@@ -168,26 +176,40 @@ void pack_a(matrix_ref<const TA> a, index_t k, index_t i0, index_t rows, Compute
 template <class Compute, class TB>
 void pack_b(matrix_ref<const TB> b, index_t k, index_t j0, index_t cols, Compute* out) {
   constexpr int nr = tuning<Compute>::nr;
-  for (index_t s = 0; s < cols; s += nr, out += k * nr) {
-    const index_t valid = std::min<index_t>(nr, cols - s);
-    const TB* const base = b.data + (j0 + s) * b.stride.col;
-    if (b.stride.col == 1) {  // op(B) rows contiguous: copy NR-element runs
-      for (index_t p = 0; p < k; ++p) {
-        const TB* const row = base + p * b.stride.row;
-        if (valid == nr) {
-          for (index_t c = 0; c < nr; ++c) out[p * nr + c] = convert<Compute>(row[c]);
+  if (cols <= 0) return;
+  const index_t strips = ceil_div(cols, nr);
+  if (b.stride.col == 1) {
+    // op(B) rows contiguous: walk each row across every strip, so reads stream along the row
+    // (rows are often a multiple of 4 KiB apart, which defeats prefetching down a column).
+    const index_t full = cols / nr;
+    for (index_t p = 0; p < k; ++p) {
+      const TB* const row = b.data + p * b.stride.row + j0;
+      for (index_t s = 0; s < full; ++s) {
+        Compute* const dst = out + s * k * nr + p * nr;
+        if constexpr (std::is_same_v<TB, Compute>) {
+          std::memcpy(dst, row + s * nr, nr * sizeof(Compute));  // a few vector moves
         } else {
-          for (index_t c = 0; c < nr; ++c) out[p * nr + c] = c < valid ? convert<Compute>(row[c]) : Compute(0);
+          for (index_t c = 0; c < nr; ++c) dst[c] = convert<Compute>(row[s * nr + c]);
         }
       }
-    } else {  // op(B) columns contiguous (or neither): walk each column
-      for (index_t c = 0; c < nr; ++c) {
-        if (c < valid) {
-          const TB* const column = base + c * b.stride.col;
-          for (index_t p = 0; p < k; ++p) out[p * nr + c] = convert<Compute>(column[p * b.stride.row]);
-        } else {
-          for (index_t p = 0; p < k; ++p) out[p * nr + c] = Compute(0);
-        }
+      if (full < strips) {
+        const index_t valid = cols - full * nr;
+        Compute* const dst = out + full * k * nr + p * nr;
+        for (index_t c = 0; c < nr; ++c) dst[c] = c < valid ? convert<Compute>(row[full * nr + c]) : Compute(0);
+      }
+    }
+    return;
+  }
+  for (index_t s = 0; s < strips; ++s, out += k * nr) {
+    // op(B) columns contiguous (or neither): walk each column
+    const index_t valid = std::min<index_t>(nr, cols - s * nr);
+    const TB* const base = b.data + (j0 + s * nr) * b.stride.col;
+    for (index_t c = 0; c < nr; ++c) {
+      if (c < valid) {
+        const TB* const column = base + c * b.stride.col;
+        for (index_t p = 0; p < k; ++p) out[p * nr + c] = convert<Compute>(column[p * b.stride.row]);
+      } else {
+        for (index_t p = 0; p < k; ++p) out[p * nr + c] = Compute(0);
       }
     }
   }
@@ -229,6 +251,25 @@ inline void store_run(const matrix_ref<TC>& c, index_t row, index_t col0, index_
     for (index_t j = 0; j < count; ++j) {
       out[j] = convert<TC>(epilogue(alpha * acc[j] + beta * convert<Compute>(out[j]), batch, row,
                                     col0 + j));
+    }
+  }
+}
+
+/// store_run for a compile-time count (a tiny problem's whole row): the loops unroll and, for a
+/// contiguous row, become a few vector instructions instead of a loop with a remainder.
+template <int Count, class TC, class Compute, class Epilogue>
+inline void store_fixed(const matrix_ref<TC>& c, index_t row, const Compute* acc, Compute alpha,
+                        Compute beta, const Epilogue& epilogue, index_t batch) {
+  if (c.stride.col != 1) {
+    store_run(c, row, 0, Count, acc, alpha, beta, epilogue, batch);
+    return;
+  }
+  TC* const out = &c(row, 0);
+  if (beta == Compute(0)) {
+    for (int j = 0; j < Count; ++j) out[j] = convert<TC>(epilogue(alpha * acc[j], batch, row, index_t{j}));
+  } else {
+    for (int j = 0; j < Count; ++j) {
+      out[j] = convert<TC>(epilogue(alpha * acc[j] + beta * convert<Compute>(out[j]), batch, row, index_t{j}));
     }
   }
 }
@@ -309,9 +350,10 @@ void compute_block(const gemm_instance<TA, TB, TC>& p, index_t i0, index_t rows,
   }
 }
 
-/// Tiny problems (m, n <= 32, k <= 64): op(B) converted once into a k x NB block, each row of C
-/// accumulated in vector registers as narrow as NB allows (4 columns take 4-lane vectors, not
-/// 16), four rows at a time; no packing of A, no blocking. `Square` > 0 promises
+/// Tiny problems (m, n <= 32, k <= 64): each row of C accumulated in vector registers as
+/// narrow as NB allows (4 columns take 4-lane vectors, not 16), several rows at a time; no
+/// packing of A, no blocking. Rows of op(B) already of the compute type and exactly one block
+/// wide are read in place, others converted once into a k x NB block. `Square` > 0 promises
 /// m = n = k = Square, so every loop has a compile-time trip count and unrolls completely.
 template <int NB, int Square, class Compute, class TA, class TB, class TC, class Epilogue>
 void tiny_problem(const gemm_instance<TA, TB, TC>& p, Compute alpha, Compute beta,
@@ -324,25 +366,30 @@ void tiny_problem(const gemm_instance<TA, TB, TC>& p, Compute alpha, Compute bet
   constexpr int lanes = bytes / static_cast<int>(sizeof(Compute));
   constexpr int vectors = (NB + lanes - 1) / lanes;
   constexpr int width = vectors * lanes;  // NB rounded up to whole vectors
-  alignas(64) Compute b[64 * width];
-  if (p.b.stride.col == 1 && n == width) {  // rows of op(B) contiguous and exactly one block
-    for (index_t q = 0; q < k; ++q) {
-      const TB* const row = &p.b(q, 0);
-      for (int j = 0; j < width; ++j) b[q * width + j] = convert<Compute>(row[j]);
-    }
+  // Eight rows at a time (four when a row takes more than two vectors, to stay in registers;
+  // never more than a square problem has): independent accumulator chains hide the
+  // multiply-add latency.
+  constexpr int max_rows = vectors <= 2 ? 8 : 4;
+  constexpr int rows = Square > 0 && Square < max_rows ? Square : max_rows;
+  // Every pass is whole when the row count divides a square problem: no clamping of rows.
+  constexpr bool whole_passes = Square > 0 && Square % rows == 0;
+  const Compute* b = nullptr;
+  index_t b_ld = width;
+  alignas(64) Compute b_block[64 * width];
+  if (std::is_same_v<TB, Compute> && p.b.stride.col == 1 && n == width) {
+    b = reinterpret_cast<const Compute*>(p.b.data);
+    b_ld = p.b.stride.row;
   } else {
     for (index_t q = 0; q < k; ++q) {
       for (index_t j = 0; j < width; ++j) {
-        b[q * width + j] = j < n ? convert<Compute>(p.b(q, j)) : Compute(0);
+        b_block[q * width + j] = j < n ? convert<Compute>(p.b(q, j)) : Compute(0);
       }
     }
+    b = b_block;
   }
-  // Eight rows at a time (four when a row takes more than two vectors, to stay in registers):
-  // independent accumulator chains hide the multiply-add latency.
-  constexpr int rows = vectors <= 2 ? 8 : 4;
   alignas(64) Compute out[rows * width];
   for (index_t i0 = 0; i0 < m; i0 += rows) {
-    const index_t valid = std::min<index_t>(rows, m - i0);
+    const index_t valid = whole_passes ? rows : std::min<index_t>(rows, m - i0);
 #if defined(__GNUC__)
     using vec = typename vector_of<Compute, bytes>::type;
     vec acc[rows][vectors];
@@ -350,10 +397,11 @@ void tiny_problem(const gemm_instance<TA, TB, TC>& p, Compute alpha, Compute bet
       for (int v = 0; v < vectors; ++v) acc[r][v] = vec{};
     for (index_t q = 0; q < k; ++q) {
       vec bq[vectors];
-      std::memcpy(bq, b + q * width, sizeof(bq));
+      std::memcpy(bq, b + q * b_ld, sizeof(bq));
       for (int r = 0; r < rows; ++r) {
         // Rows past the end repeat the last row; their results are discarded.
-        const vec a = splat<vec>(convert<Compute>(p.a(i0 + std::min<index_t>(r, valid - 1), q)));
+        const index_t row = whole_passes ? i0 + r : i0 + std::min<index_t>(r, valid - 1);
+        const vec a = splat<vec>(convert<Compute>(p.a(row, q)));
         for (int v = 0; v < vectors; ++v) acc[r][v] += a * bq[v];
       }
     }
@@ -363,14 +411,123 @@ void tiny_problem(const gemm_instance<TA, TB, TC>& p, Compute alpha, Compute bet
     for (index_t r = 0; r < valid; ++r)
       for (index_t q = 0; q < k; ++q) {
         const Compute a = convert<Compute>(p.a(i0 + r, q));
-        for (int j = 0; j < width; ++j) out[r * width + j] += a * b[q * width + j];
+        for (int j = 0; j < width; ++j) out[r * width + j] += a * b[q * b_ld + j];
       }
 #endif
     for (index_t r = 0; r < valid; ++r) {
-      store_run(p.c, i0 + r, 0, n, out + r * width, alpha, beta, epilogue, batch);
+      if constexpr (Square > 0) {
+        store_fixed<Square>(p.c, i0 + r, out + r * width, alpha, beta, epilogue, batch);
+      } else {
+        store_run(p.c, i0 + r, 0, n, out + r * width, alpha, beta, epilogue, batch);
+      }
     }
   }
 }
+
+// The 4 x 4 permutation kernel needs __builtin_shufflevector (GCC 12, Clang). nvcc's front end
+// rejects it in a pack expansion, so translation units nvcc compiles use the row kernel there.
+#if defined(__has_builtin) && !defined(__CUDACC__)
+#if __has_builtin(__builtin_shufflevector)
+#define GPUBATCH_HOST_GEMM_FOUR_BY_FOUR 1
+#endif
+#endif
+
+#if defined(GPUBATCH_HOST_GEMM_FOUR_BY_FOUR)
+/// Source lane of lane `lane` of a 4 x 4 operand for reduction step `q`: the A factor
+/// op(A)(i, q) or the B factor op(B)(q, j) of C(i, j), with i = lane / 4 and j = lane % 4, when
+/// the operand's 16 elements are loaded as they lie in memory (rows contiguous, or columns).
+constexpr int four_lane(bool is_a, bool rows_contiguous, int q, int lane) {
+  const int i = lane / 4, j = lane % 4;
+  if (is_a) return rows_contiguous ? i * 4 + q : q * 4 + i;
+  return rows_contiguous ? q * 4 + j : j * 4 + q;
+}
+
+/// Lanes [Part * N, Part * N + N) of the factor of step Q, N = sizeof...(L): a native-width
+/// vector permuted out of the 16 loaded elements.
+template <bool IsA, bool Rows, int Q, int Part, class Out, class Vec, int... L>
+inline Out four_factor(const Vec& v, std::integer_sequence<int, L...>) {
+  constexpr int n = static_cast<int>(sizeof...(L));
+  return __builtin_shufflevector(v, v, four_lane(IsA, Rows, Q, Part * n + L)...);
+}
+
+/// A 4 x 4 x 4 problem whose operands are packed 4 x 4 blocks of the compute type: C is one
+/// 16-lane vector, or a few native-width parts of it (one AVX-512 register of f32, two of
+/// f64), and each reduction step one multiply-add per part of two lane permutations of the
+/// loaded A and B: a third of the instructions of the row loop, and no broadcast loads.
+template <bool ARows, bool BRows, class Compute, class TC, class Epilogue, int... Part>
+void four_by_four(const Compute* a_data, const Compute* b_data, const matrix_ref<TC>& c,
+                  Compute alpha, Compute beta, const Epilogue& epilogue, index_t batch,
+                  std::integer_sequence<int, Part...>) {
+  constexpr int part_lanes = 16 / static_cast<int>(sizeof...(Part));
+  using whole = typename vector_of<Compute, 16 * static_cast<int>(sizeof(Compute))>::type;
+  using part = typename vector_of<Compute, part_lanes * static_cast<int>(sizeof(Compute))>::type;
+  constexpr auto lanes = std::make_integer_sequence<int, part_lanes>{};
+  whole a;
+  whole b;
+  std::memcpy(&a, a_data, sizeof(whole));
+  std::memcpy(&b, b_data, sizeof(whole));
+  alignas(64) Compute out[16];
+  const auto multiply_part = [&](auto part_index) {
+    constexpr int P = decltype(part_index)::value;
+    part acc = four_factor<true, ARows, 0, P, part>(a, lanes) *
+               four_factor<false, BRows, 0, P, part>(b, lanes);
+    acc += four_factor<true, ARows, 1, P, part>(a, lanes) *
+           four_factor<false, BRows, 1, P, part>(b, lanes);
+    acc += four_factor<true, ARows, 2, P, part>(a, lanes) *
+           four_factor<false, BRows, 2, P, part>(b, lanes);
+    acc += four_factor<true, ARows, 3, P, part>(a, lanes) *
+           four_factor<false, BRows, 3, P, part>(b, lanes);
+    std::memcpy(out + P * part_lanes, &acc, sizeof(acc));
+  };
+  (multiply_part(std::integral_constant<int, Part>{}), ...);
+  for (index_t r = 0; r < 4; ++r) store_fixed<4>(c, r, out + 4 * r, alpha, beta, epilogue, batch);
+}
+
+/// Runs problems [first, last) of a uniform batch of 4 x 4 x 4 problems through four_by_four
+/// when A and B are packed blocks of the compute type (either orientation; the batch's strides
+/// are the same for every problem); returns false, having done nothing, otherwise.
+template <class Batch, class Compute, class Epilogue>
+bool try_four_by_four(const Batch& batch, index_t first, index_t last, Compute alpha,
+                      Compute beta, const Epilogue& epilogue) {
+  using first_problem = decltype(batch.problem(first));
+  using TA = std::remove_const_t<std::remove_pointer_t<decltype(first_problem::a.data)>>;
+  using TB = std::remove_const_t<std::remove_pointer_t<decltype(first_problem::b.data)>>;
+  if constexpr (std::is_same_v<TA, Compute> && std::is_same_v<TB, Compute>) {
+    const auto p0 = batch.problem(first);
+    const auto packed = [](strides2 s) {
+      return (s.row == 4 && s.col == 1) || (s.row == 1 && s.col == 4);
+    };
+    if (!packed(p0.a.stride) || !packed(p0.b.stride)) return false;
+    // Native-width parts: 16 lanes of f32 in one AVX-512 register, f64 in two, and so on.
+    constexpr int native = vector_bytes / static_cast<int>(sizeof(Compute));
+    constexpr auto parts = std::make_integer_sequence<int, native >= 16 ? 1 : 16 / native>{};
+    const auto each = [&](auto a_rows, auto b_rows) {
+      for (index_t i = first; i < last; ++i) {
+        const auto p = batch.problem(i);
+        four_by_four<decltype(a_rows)::value, decltype(b_rows)::value>(
+            p.a.data, p.b.data, p.c, alpha, beta, epilogue, i, parts);
+      }
+    };
+    using yes = std::true_type;
+    using no = std::false_type;
+    const bool a_rows = p0.a.stride.col == 1;
+    const bool b_rows = p0.b.stride.col == 1;
+    if (a_rows && b_rows) {
+      each(yes{}, yes{});
+    } else if (a_rows) {
+      each(yes{}, no{});
+    } else if (b_rows) {
+      each(no{}, yes{});
+    } else {
+      each(no{}, no{});
+    }
+    return true;
+  } else {
+    (void)batch, (void)first, (void)last, (void)alpha, (void)beta, (void)epilogue;
+    return false;
+  }
+}
+#endif
 
 template <class Compute, class TA, class TB, class TC, class Epilogue>
 void tiny(const gemm_instance<TA, TB, TC>& p, Compute alpha, Compute beta,
@@ -397,6 +554,20 @@ void tiny(const gemm_instance<TA, TB, TC>& p, Compute alpha, Compute beta,
   } else {
     tiny_problem<32, 0>(p, alpha, beta, epilogue, batch);
   }
+}
+
+/// Problems [first, last) of a uniform batch of tiny problems, on the calling thread. The
+/// shape and strides are the same for every problem, so the kernel is chosen once.
+template <class Batch, class Compute, class Epilogue>
+void tiny_range(const Batch& batch, index_t first, index_t last, Compute alpha, Compute beta,
+                const Epilogue& epilogue) {
+#if defined(GPUBATCH_HOST_GEMM_FOUR_BY_FOUR)
+  if (batch.m == 4 && batch.n == 4 && batch.k == 4 &&
+      try_four_by_four(batch, first, last, alpha, beta, epilogue)) {
+    return;
+  }
+#endif
+  for (index_t i = first; i < last; ++i) tiny(batch.problem(i), alpha, beta, epilogue, i);
 }
 
 /// One whole problem on the calling thread.
@@ -431,14 +602,23 @@ void run(host_exec exec, const Batch& batch, Compute alpha, Compute beta,
       return;
     }
     if (classify_gemm(batch.m, batch.n, batch.k) == size_class::tiny) {
-      host_parallel_for(exec, batch.count, schedule::uniform, [&](index_t b) {
-        tiny(batch.problem(b), alpha, beta, epilogue, b);
+      // Runs of problems per task: the per-task cost (the call, the choice of kernel) is a
+      // large part of a problem of a few hundred multiply-adds. Four runs per thread or more
+      // keep the threads evenly loaded.
+      const index_t runs_wanted = 4 * static_cast<index_t>(host_thread_count(exec));
+      const index_t run_length = std::clamp<index_t>(batch.count / runs_wanted, 1, 64);
+      host_parallel_for(exec, ceil_div(batch.count, run_length), schedule::uniform, [&](index_t r) {
+        const index_t first = r * run_length;
+        tiny_range(batch, first, std::min(batch.count, first + run_length), alpha, beta, epilogue);
       });
       return;
     }
     const blocking<Compute> blocks(batch.m, batch.n, batch.k);
     const index_t per_problem = blocks.m_blocks * blocks.n_blocks;
-    host_parallel_for(exec, batch.count * per_problem, schedule::dynamic, [&](index_t task) {
+    // Equal tasks (one block per problem) go to threads in contiguous ranges, which keeps each
+    // thread's hardware prefetchers on one stream; unequal ones (edge blocks) one at a time.
+    const schedule kind = per_problem == 1 ? schedule::uniform : schedule::dynamic;
+    host_parallel_for(exec, batch.count * per_problem, kind, [&](index_t task) {
       const index_t b = task / per_problem;
       const index_t block = task % per_problem;
       const index_t i0 = (block % blocks.m_blocks) * blocks.mc;

@@ -4,16 +4,20 @@
 /// - tiny_gemm_kernel: many tiny problems per block; each problem's operands are staged once in
 ///   shared memory, each thread keeps a few outputs in registers.
 /// - tiled_gemm_kernel: a thread-block tile of C per block, TM x TN accumulators per thread in
-///   registers, K steps staged in shared memory with register-prefetched double buffering.
+///   registers, K steps staged in shared memory with register-prefetched double buffering;
+///   operand tiles are fetched with 16-byte vector loads where the operand allows it.
 ///
 /// Index math, edge predicates and the epilogue store are the shared __host__ __device__ code of
-/// detail/gemm/problem.hpp, exercised by the host tests.
+/// detail/gemm/problem.hpp, and the tiled kernel's tile loads that of detail/gemm/simt_tile.hpp,
+/// both exercised by the host tests.
 #pragma once
 
 #include <gpubatch/config.hpp>
 #include <gpubatch/detail/gemm/problem.hpp>
+#include <gpubatch/detail/gemm/simt_tile.hpp>
 
 #include <cstdint>
+#include <type_traits>
 
 GPUBATCH_KERNELS_BEGIN
 
@@ -86,37 +90,38 @@ GPUBATCH_KERNEL void __launch_bounds__(Threads)
   }
 }
 
-/// Loads the (rows x cols) tile at (row0, col0) of `src` into registers, converted to Compute,
-/// zero outside the matrix. Consecutive threads walk the operand's contiguous dimension so
-/// global loads coalesce whichever way the operand is stored.
-template <int Rows, int Cols, int Threads, class Compute, class T>
-GPUBATCH_DEVICE void load_tile(const matrix_ref<const T>& src, index_t rows_total,
-                               index_t cols_total, index_t row0, index_t col0,
-                               Compute (&regs)[Rows * Cols / Threads]) {
-  const bool cols_contiguous = src.stride.col == 1;
-#pragma unroll
-  for (int r = 0; r < Rows * Cols / Threads; ++r) {
-    const int e = static_cast<int>(threadIdx.x) + r * Threads;
-    const int i = cols_contiguous ? e / Cols : e % Rows;
-    const int j = cols_contiguous ? e % Cols : e / Rows;
-    const index_t gi = row0 + i, gj = col0 + j;
-    regs[r] = (gi < rows_total && gj < cols_total) ? convert<Compute>(src(gi, gj)) : Compute(0);
+/// Reads operand elements from global memory for simt::operand_tile: whole 16-byte chunks as one
+/// vector load (the tile plan guarantees alignment and bounds), the rest one element at a time.
+template <class Compute>
+struct global_tile_loader {
+  template <class T>
+  GPUBATCH_DEVICE Compute element(const T* p) const {
+    return convert<Compute>(*p);
   }
-}
-
-/// Stores registers loaded by load_tile into shared memory laid out [Cols][Rows] when
-/// `k_major_rows` (A tiles: k rows of the m dimension) or [Rows][Cols] otherwise.
-template <int Rows, int Cols, int Threads, class Compute>
-GPUBATCH_DEVICE void store_tile(bool cols_contiguous, bool transpose_into_shared, Compute* dst,
-                                const Compute (&regs)[Rows * Cols / Threads]) {
+  template <class T>
+  GPUBATCH_DEVICE void vector(Compute* dst, const T* p) const {
+    static_assert(std::is_same_v<T, Compute>, "gpubatch: vector loads do not convert");
+    if constexpr (std::is_same_v<Compute, float>) {
+      const float4 v = *reinterpret_cast<const float4*>(p);
+      dst[0] = v.x;
+      dst[1] = v.y;
+      dst[2] = v.z;
+      dst[3] = v.w;
+    } else if constexpr (std::is_same_v<Compute, double>) {
+      const double2 v = *reinterpret_cast<const double2*>(p);
+      dst[0] = v.x;
+      dst[1] = v.y;
+    } else {
+      // Any other 16-byte-divisible type: an aligned aggregate still compiles to one load.
+      struct alignas(16) piece {
+        Compute v[simt::vector_width<Compute>];
+      };
+      const piece v = *reinterpret_cast<const piece*>(p);
 #pragma unroll
-  for (int r = 0; r < Rows * Cols / Threads; ++r) {
-    const int e = static_cast<int>(threadIdx.x) + r * Threads;
-    const int i = cols_contiguous ? e / Cols : e % Rows;
-    const int j = cols_contiguous ? e % Cols : e / Rows;
-    dst[transpose_into_shared ? j * Rows + i : i * Cols + j] = regs[r];
+      for (int e = 0; e < simt::vector_width<Compute>; ++e) dst[e] = v.v[e];
+    }
   }
-}
+};
 
 /// Columns of a thread's register tile: the largest power of two whose square fits.
 constexpr int register_tile_cols(int accumulators) {
@@ -204,19 +209,27 @@ GPUBATCH_KERNEL void __launch_bounds__(Policy::threads)
     return;  // grouped batches: this problem is smaller than the grid's bounds (block-uniform)
   }
 
-  const bool a_k_contiguous = problem.a.stride.col == 1;
-  const bool b_n_contiguous = problem.b.stride.col == 1;
+  using TA = std::remove_const_t<std::remove_pointer_t<decltype(problem.a.data)>>;
+  using TB = std::remove_const_t<std::remove_pointer_t<decltype(problem.b.data)>>;
+  using a_tile = simt::operand_tile<BM, BK, T, Compute, TA>;
+  using b_tile = simt::operand_tile<BK, BN, T, Compute, TB>;
+  // Vector or element-wise loads are decided once per operand, uniformly for the block.
+  const simt::operand_plan a_plan = a_tile::plan(problem.a, problem.m, problem.k);
+  const simt::operand_plan b_plan = b_tile::plan(problem.b, problem.k, problem.n);
+  const int thread = static_cast<int>(threadIdx.x);
   Compute a_regs[BM * BK / T];
   Compute b_regs[BK * BN / T];
   const auto fetch = [&](index_t kt) {
-    load_tile<BM, BK, T>(problem.a, problem.m, problem.k, tile_row, kt * BK, a_regs);
-    load_tile<BK, BN, T>(problem.b, problem.k, problem.n, kt * BK, tile_col, b_regs);
+    a_tile::load(a_plan, problem.a, problem.m, problem.k, tile_row, kt * BK, thread, a_regs,
+                 global_tile_loader<Compute>{});
+    b_tile::load(b_plan, problem.b, problem.k, problem.n, kt * BK, tile_col, thread, b_regs,
+                 global_tile_loader<Compute>{});
   };
   const auto stash = [&](int stage) {
     Compute* const a_s = shared + stage * stage_elems;  // [BK][BM]
     Compute* const b_s = a_s + BM * BK;                 // [BK][BN]
-    store_tile<BM, BK, T>(a_k_contiguous, true, a_s, a_regs);
-    store_tile<BK, BN, T>(b_n_contiguous, false, b_s, b_regs);
+    a_tile::store(a_plan, true, a_s, thread, a_regs);
+    b_tile::store(b_plan, false, b_s, thread, b_regs);
   };
 
   const int ty = static_cast<int>(threadIdx.x) / threads_n;

@@ -21,6 +21,17 @@ namespace gpubatch::detail {
 /// iterations of different cost (grouped problems).
 enum class schedule { uniform, dynamic };
 
+/// The number of threads host_parallel_for uses for `exec` (1 without OpenMP).
+inline int host_thread_count(host_exec exec) {
+#if defined(_OPENMP)
+  if (omp_in_parallel()) return 1;
+  return exec.max_threads > 0 ? exec.max_threads : omp_get_max_threads();
+#else
+  (void)exec;
+  return 1;
+#endif
+}
+
 /// Calls body(i) for i in [0, count), in parallel across the threads host_exec allows.
 template <class Body>
 void host_parallel_for(host_exec exec, index_t count, schedule kind, Body&& body) {
