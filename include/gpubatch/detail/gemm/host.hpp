@@ -395,13 +395,20 @@ void tiny_problem(const gemm_instance<TA, TB, TC>& p, Compute alpha, Compute bet
     vec acc[rows][vectors];
     for (int r = 0; r < rows; ++r)
       for (int v = 0; v < vectors; ++v) acc[r][v] = vec{};
+    // Row starts resolved once per pass; rows past the end repeat the last row, and their
+    // results are discarded.
+    const TA* a_row[rows];
+    for (int r = 0; r < rows; ++r) {
+      a_row[r] = &p.a(whole_passes ? i0 + r : i0 + std::min<index_t>(r, valid - 1), 0);
+    }
+    const index_t a_step = p.a.stride.col;
     for (index_t q = 0; q < k; ++q) {
+      // One load per vector into its own variable: copying the row as an array of vectors
+      // goes through the stack.
       vec bq[vectors];
-      std::memcpy(bq, b + q * b_ld, sizeof(bq));
+      for (int v = 0; v < vectors; ++v) std::memcpy(&bq[v], b + q * b_ld + v * lanes, sizeof(vec));
       for (int r = 0; r < rows; ++r) {
-        // Rows past the end repeat the last row; their results are discarded.
-        const index_t row = whole_passes ? i0 + r : i0 + std::min<index_t>(r, valid - 1);
-        const vec a = splat<vec>(convert<Compute>(p.a(row, q)));
+        const vec a = splat<vec>(convert<Compute>(a_row[r][q * a_step]));
         for (int v = 0; v < vectors; ++v) acc[r][v] += a * bq[v];
       }
     }
