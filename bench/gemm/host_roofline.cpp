@@ -11,6 +11,8 @@
 // benchmarks count A, B and C; like them it pays for reading c's lines before writing them.
 #include "support/harness.hpp"
 
+#include <gpubatch/detail/gemm/host.hpp>
+
 #include <benchmark/benchmark.h>
 #include <omp.h>
 
@@ -23,13 +25,8 @@ namespace {
 namespace bench = gpubatch::bench;
 using index_t = std::int64_t;
 
-#if defined(__AVX512F__)
-constexpr int vector_bytes = 64;
-#elif defined(__AVX__)
-constexpr int vector_bytes = 32;
-#else
-constexpr int vector_bytes = 16;
-#endif
+// The widest vector the host backend's kernels use in this build.
+constexpr int vector_bytes = gpubatch::detail::host_gemm::vector_bytes;
 
 template <class T>
 void fma_peak(benchmark::State& state) {

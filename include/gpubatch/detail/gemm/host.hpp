@@ -256,7 +256,9 @@ inline void store_run(const matrix_ref<TC>& c, index_t row, index_t col0, index_
 }
 
 /// store_run for a compile-time count (a tiny problem's whole row): the loops unroll and, for a
-/// contiguous row, become a few vector instructions instead of a loop with a remainder.
+/// contiguous row, become a few vector instructions instead of a loop with a remainder. Kept
+/// apart from store_run on purpose: routing tiny rows through store_run, even with the count as
+/// an integral_constant, measured n = 8 in L2 1.15x slower.
 template <int Count, class TC, class Compute, class Epilogue>
 inline void store_fixed(const matrix_ref<TC>& c, index_t row, const Compute* acc, Compute alpha,
                         Compute beta, const Epilogue& epilogue, index_t batch) {

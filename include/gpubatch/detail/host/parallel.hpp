@@ -39,8 +39,8 @@ void host_parallel_for(host_exec exec, index_t count, schedule kind, Body&& body
     return;
   }
 #if defined(_OPENMP)
-  const int threads = exec.max_threads > 0 ? exec.max_threads : omp_get_max_threads();
-  if (count == 1 || threads == 1 || omp_in_parallel()) {
+  const int threads = host_thread_count(exec);
+  if (count == 1 || threads == 1) {  // also inside an enclosing parallel region
     for (index_t i = 0; i < count; ++i) body(i);
     return;
   }
