@@ -3,6 +3,7 @@
 //   gemm_<t>.cuda          strided batch, square n x n x n   vs cublasGemmStridedBatchedEx
 //   gemm_ptr_f32.cuda      pointer-array batch                vs cublasGemmBatchedEx
 //   gemm_grouped_f16.cuda  grouped batch of random sizes      vs cublasGemmGroupedBatchedEx
+//   gemm_grouped_tiny_f16.cuda  the same, sizes 1 to 32
 //
 // Column-major operands (cuBLAS's native order), alpha = 1, beta = 0. The batch fills the GPU:
 // about 2^34 FLOPs per iteration (at least one problem, at most 2^17 problems). Inputs rotate
@@ -230,9 +231,9 @@ struct grouped_batch {
   }
 };
 
-void grouped_gpubatch(benchmark::State& state) {
+void grouped_gpubatch(benchmark::State& state, int lo, int hi) {
   bench::run_cuda_benchmark(state, [&](const gpubatch::cuda_stream& stream) {
-    grouped_batch g(state.range(0), 16, 512, stream.exec());
+    grouped_batch g(state.range(0), lo, hi, stream.exec());
     const gpubatch::grouped_gemm_layout layouts{gpubatch::op::none, gpubatch::layout::col_major, gpubatch::op::none, gpubatch::layout::col_major, gpubatch::layout::col_major};
     bench::time_on_device(state, stream.get(), [&] {
       gpubatch::gemm_grouped(stream.exec(), layouts, 1.0F, g.device_problems.data(), state.range(0), 0.0F,
@@ -242,10 +243,10 @@ void grouped_gpubatch(benchmark::State& state) {
   });
 }
 
-void grouped_cublas(benchmark::State& state) {
+void grouped_cublas(benchmark::State& state, int lo, int hi) {
   bench::run_cuda_benchmark(state, [&](const gpubatch::cuda_stream& stream) {
     const index_t count = state.range(0);
-    grouped_batch g(count, 16, 512, stream.exec());
+    grouped_batch g(count, lo, hi, stream.exec());
     cublas_handle blas(stream.get());
     // One group per problem: every problem has its own sizes.
     std::vector<cublasOperation_t> ops(static_cast<std::size_t>(count), CUBLAS_OP_N);
@@ -273,7 +274,14 @@ void group_counts(benchmark::internal::Benchmark* b) {
   b->ArgName("problems")->Arg(64)->Arg(256)->Arg(1024)->UseManualTime()->Unit(benchmark::kMicrosecond);
 }
 
-BENCHMARK(grouped_gpubatch)->Name(bench::name("gemm_grouped_f16.cuda", bench::subject))->Apply(group_counts);
-BENCHMARK(grouped_cublas)->Name(bench::name("gemm_grouped_f16.cuda", "cublas"))->Apply(group_counts);
+/// Ragged batches of tiny problems (the tiny-matrix kernel, several problems per block).
+void tiny_group_counts(benchmark::internal::Benchmark* b) {
+  b->ArgName("problems")->Arg(1024)->Arg(8192)->Arg(65536)->UseManualTime()->Unit(benchmark::kMicrosecond);
+}
+
+BENCHMARK_CAPTURE(grouped_gpubatch, medium, 16, 512)->Name(bench::name("gemm_grouped_f16.cuda", bench::subject))->Apply(group_counts);
+BENCHMARK_CAPTURE(grouped_cublas, medium, 16, 512)->Name(bench::name("gemm_grouped_f16.cuda", "cublas"))->Apply(group_counts);
+BENCHMARK_CAPTURE(grouped_gpubatch, tiny, 1, 32)->Name(bench::name("gemm_grouped_tiny_f16.cuda", bench::subject))->Apply(tiny_group_counts);
+BENCHMARK_CAPTURE(grouped_cublas, tiny, 1, 32)->Name(bench::name("gemm_grouped_tiny_f16.cuda", "cublas"))->Apply(tiny_group_counts);
 
 }  // namespace

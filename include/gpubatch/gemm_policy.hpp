@@ -100,14 +100,18 @@ GPUBATCH_HOST_DEVICE constexpr size_class classify_gemm(index_t m, index_t n, in
 /// a size class. Specialise it, or pass your own policy to gemm, to tune.
 template <class T, int Arch, size_class Size>
 struct default_gemm_policy {
-  // Tiny: a 32 x 32 tile covers a whole problem; four problems share a block of 4 warps.
+  // Tiny: 4 warps with 8 accumulators each hold one 32 x 32 problem, or up to 16 smaller ones
+  // (16 problems of 8 x 8 fill every accumulator; with 4 problems they would fill a quarter).
   // Medium: 64 x 64 x 16 with 8 warps, 4 x 4 accumulators per thread, double buffered.
-  // Large: 128 x 128 x 16 with 8 warps, 8 x 8 accumulators per thread, double buffered.
+  // Large: 128 x 128 x 16 with 8 warps, 8 x 8 accumulators per thread, double buffered; K
+  // steps of 8 for f64, whose 64 accumulators already take 128 of the 255 registers a thread
+  // may have (16 would spill the prefetch registers).
   // (Untuned starting points; the measurements in docs/benchmarks.md are what they earned.)
+  static constexpr int large_tile_k = sizeof(T) > 4 ? 8 : 16;
   using type = std::conditional_t<
-      Size == size_class::tiny, gemm_policy<32, 32, 32, 4, 1, 4>,
+      Size == size_class::tiny, gemm_policy<32, 32, 32, 4, 1, 16>,
       std::conditional_t<Size == size_class::medium, gemm_policy<64, 64, 16, 8, 2>,
-                         gemm_policy<128, 128, 16, 8, 2>>>;
+                         gemm_policy<128, 128, large_tile_k, 8, 2>>>;
 };
 
 /// @brief The default tensor-core policy for element type `T` (f16, bf16, int8, f32 as TF32),

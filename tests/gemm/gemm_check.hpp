@@ -208,3 +208,131 @@ inline std::vector<std::array<index_t, 3>> edge_shapes() {
 }
 
 }  // namespace gpubatch::test
+
+namespace gpubatch::test {
+
+/// A ragged grouped batch: `count` problems of random shape within the bounds (some empty, some
+/// with k = 0 and a C that must stay untouched, some exactly at the bounds), each with its own
+/// padded leading dimensions.
+struct ragged_case {
+  index_t count;
+  index_t max_m, max_n, max_k;
+  grouped_gemm_layout layouts;
+  double alpha = 1.0;
+  double beta = 0.0;
+  std::uint64_t seed = 1;
+};
+
+inline std::string describe(const ragged_case& r) {
+  return "ragged x" + std::to_string(r.count) + " bounds " + std::to_string(r.max_m) + "x" +
+         std::to_string(r.max_n) + "x" + std::to_string(r.max_k) + " " +
+         gpubatch::to_string(r.layouts.op_a) + gpubatch::to_string(r.layouts.op_b) + " " +
+         gpubatch::to_string(r.layouts.a) + "/" + gpubatch::to_string(r.layouts.b) + "/" +
+         gpubatch::to_string(r.layouts.c) + " alpha=" + std::to_string(r.alpha) +
+         " beta=" + std::to_string(r.beta);
+}
+
+/// Runs a ragged grouped batch on Backend and checks every problem against a float64 reference;
+/// elements outside the matrices and the C of problems with nothing to compute must keep their
+/// bits.
+template <class Backend, class TA, class TC>
+void check_grouped_ragged(ragged_case r) {
+  using compute = compute_type_t<TA>;
+  if constexpr (std::is_integral_v<compute>) {
+    r.alpha = std::round(r.alpha * 4);
+    r.beta = std::round(r.beta * 2);
+  }
+  INFO(describe(r));
+  const auto exec = Backend::exec();
+  const grouped_gemm_layout& lay = r.layouts;
+  std::uint64_t state = r.seed * 0x9E3779B97F4A7C15ULL + 1;
+  const auto next = [&](index_t below) {  // splitmix64, reduced: shapes and pads
+    state += 0x9E3779B97F4A7C15ULL;
+    std::uint64_t z = state;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return static_cast<index_t>((z ^ (z >> 31)) % static_cast<std::uint64_t>(below));
+  };
+  struct shape {
+    index_t m, n, k;
+    stored a, b, c;
+    index_t a_at, b_at, c_at;  ///< offsets into the shared buffers
+  };
+  std::vector<shape> shapes;
+  index_t a_total = 0, b_total = 0, c_total = 0;
+  for (index_t i = 0; i < r.count; ++i) {
+    index_t m = next(r.max_m + 1), n = next(r.max_n + 1), k = next(r.max_k + 1);
+    if (i % 4 == 1) m = r.max_m, n = r.max_n, k = r.max_k;
+    if (i % 7 == 3) m = std::max<index_t>(m, 1), n = std::max<index_t>(n, 1), k = 0;
+    shape s{m, n, k, {}, {}, {}, 0, 0, 0};
+    s.a = make_stored(lay.op_a == op::none ? m : k, lay.op_a == op::none ? k : m, lay.a, next(3));
+    s.b = make_stored(lay.op_b == op::none ? k : n, lay.op_b == op::none ? n : k, lay.b, next(3));
+    s.c = make_stored(m, n, lay.c, next(3));
+    s.a_at = a_total, s.b_at = b_total, s.c_at = c_total;
+    a_total += s.a.size(), b_total += s.b.size(), c_total += s.c.size();
+    shapes.push_back(s);
+  }
+  const auto host_a = random_inputs<TA>(static_cast<std::size_t>(std::max<index_t>(a_total, 1)), r.seed + 10);
+  const auto host_b = random_inputs<TA>(static_cast<std::size_t>(std::max<index_t>(b_total, 1)), r.seed + 11);
+  std::vector<TC> host_c(static_cast<std::size_t>(std::max<index_t>(c_total, 1)));
+  if (r.beta == 0.0) {
+    std::fill(host_c.begin(), host_c.end(), poison_value<TC>());
+  } else {
+    const auto initial = random_inputs<TA>(host_c.size(), r.seed + 12);
+    for (std::size_t i = 0; i < host_c.size(); ++i) host_c[i] = convert<TC>(convert<compute>(initial[i]));
+  }
+  device_buffer<TA> dev_a(host_a.size(), exec);
+  device_buffer<TA> dev_b(host_b.size(), exec);
+  device_buffer<TC> dev_c(host_c.size(), exec);
+  Backend::from_host(dev_a.data(), host_a);
+  Backend::from_host(dev_b.data(), host_b);
+  Backend::from_host(dev_c.data(), host_c);
+  std::vector<gemm_problem<TA, TA, TC>> problems;
+  for (const shape& s : shapes) {
+    problems.push_back({s.m, s.n, s.k, dev_a.data() + s.a_at, s.a.ld, dev_b.data() + s.b_at,
+                        s.b.ld, dev_c.data() + s.c_at, s.c.ld});
+  }
+  device_buffer<gemm_problem<TA, TA, TC>> dp(problems.size(), exec);
+  Backend::from_host(dp.data(), problems);
+  gemm_grouped(exec, lay, static_cast<compute>(r.alpha), dp.data(), r.count,
+               static_cast<compute>(r.beta), epilogue::identity{},
+               grouped_gemm_bounds{r.max_m, r.max_n, r.max_k});
+  Backend::synchronize();
+  const std::vector<TC> result = Backend::to_host(dev_c.data(), host_c.size());
+
+  double err2 = 0, ref2 = 0;
+  for (index_t i = 0; i < r.count; ++i) {
+    const shape& s = shapes[static_cast<std::size_t>(i)];
+    INFO("problem " << i << ": " << s.m << "x" << s.n << "x" << s.k);
+    const bool computed = s.m > 0 && s.n > 0 && s.k > 0;
+    const index_t minor = s.c.order == layout::row_major ? s.c.cols : s.c.rows;
+    for (index_t x = 0; x < s.c.size(); ++x) {
+      const index_t major_i = x / s.c.ld, minor_i = x % s.c.ld;
+      const std::size_t ci = static_cast<std::size_t>(s.c_at + x);
+      if (!computed || minor_i >= minor) {
+        REQUIRE(std::memcmp(&result[ci], &host_c[ci], sizeof(TC)) == 0);
+        continue;
+      }
+      const index_t row = s.c.order == layout::row_major ? major_i : minor_i;
+      const index_t col = s.c.order == layout::row_major ? minor_i : major_i;
+      double sum = 0;
+      for (index_t p = 0; p < s.k; ++p) {
+        const index_t ai = lay.op_a == op::none ? s.a.at(row, p) : s.a.at(p, row);
+        const index_t bi = lay.op_b == op::none ? s.b.at(p, col) : s.b.at(col, p);
+        sum += convert<double>(host_a[static_cast<std::size_t>(s.a_at + ai)]) *
+               convert<double>(host_b[static_cast<std::size_t>(s.b_at + bi)]);
+      }
+      double expected = r.alpha * sum;
+      if (r.beta != 0.0) expected += r.beta * convert<double>(host_c[ci]);
+      const double got = convert<double>(result[ci]);
+      const double diff = std::isnan(got) ? std::numeric_limits<double>::infinity() : got - expected;
+      err2 += diff * diff;
+      ref2 += expected * expected;
+    }
+  }
+  const double rel = ref2 > 0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
+  INFO("relative norm error " << rel);
+  CHECK(rel <= output_tolerance<TC>());
+}
+
+}  // namespace gpubatch::test

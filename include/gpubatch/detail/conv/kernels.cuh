@@ -2,7 +2,7 @@
 /// @brief CUDA convolution kernels; included only by translation units compiled by nvcc.
 ///
 /// - implicit_gemm_kernel: the GEMM tile machinery of detail/gemm/kernels.cuh (a TileM x TileN
-///   output tile per block, TM x TN accumulators per thread, K steps staged in shared memory
+///   output tile per block in warp tiles of TM x TN accumulators per thread, K steps staged in shared memory
 ///   with register-prefetched double buffering) over an implicit-GEMM mapping
 ///   (detail/conv/problem.hpp): A is gathered from x on the fly, with zero padding, dilation and
 ///   stride resolved per element, so NCHW and NHWC need no layout pass and no im2col buffer.
@@ -55,16 +55,12 @@ GPUBATCH_KERNEL void __launch_bounds__(Policy::threads)
   static_assert(Policy::stages <= 2, "gpubatch: the SIMT convolution kernel pipelines 1 or 2 stages");
   static_assert((BM * BK) % T == 0 && (BK * BN) % T == 0,
                 "gpubatch: the policy's A and B tiles must divide evenly among its threads");
-  constexpr int TN = cuda_gemm::register_tile_cols(Policy::accumulators_per_thread);
-  constexpr int TM = Policy::accumulators_per_thread / TN;
-  static_assert(TM * TN == Policy::accumulators_per_thread && BM % TM == 0 && BN % TN == 0,
-                "gpubatch: the policy's tile does not map onto its threads");
-  constexpr int threads_n = BN / TN;
+  using tiling = cuda_gemm::policy_tiling<Policy, Compute>;
   constexpr int a_per_thread = BM * BK / T;
   constexpr int b_per_thread = BK * BN / T;
   constexpr int stage_elems = (BM + BN) * BK;
 
-  extern __shared__ unsigned char conv_shared[];
+  extern __shared__ __align__(16) unsigned char conv_shared[];
   Compute* const shared = reinterpret_cast<Compute*>(conv_shared);
 
   const index_t index = first_problem + blockIdx.y;
@@ -125,18 +121,17 @@ GPUBATCH_KERNEL void __launch_bounds__(Policy::threads)
     }
   };
 
-  const int ty = tid / threads_n;
-  const int tx = tid % threads_n;
+  const simt::lane_origin at = tiling::origin(tid);
   const index_t k_tiles = k_end > k_begin ? ceil_div(k_end - k_begin, BK) : 0;
-  Compute acc[TM][TN];
-  cuda_gemm::tiled_mainloop<Policy>(k_tiles, shared, ty, tx, fetch, stash, acc);
+  Compute acc[tiling::tm][tiling::tn];
+  cuda_gemm::tiled_mainloop<Policy, tiling>(k_tiles, shared, at, fetch, stash, acc);
 
 #pragma unroll
-  for (int i = 0; i < TM; ++i) {
-    const index_t row = tile_row + ty + i * (BM / TM);
+  for (int i = 0; i < tiling::tm; ++i) {
+    const index_t row = tile_row + at.row + tiling::row(i);
 #pragma unroll
-    for (int j = 0; j < TN; ++j) {
-      const index_t col = tile_col + tx + j * threads_n;
+    for (int j = 0; j < tiling::tn; ++j) {
+      const index_t col = tile_col + at.col + tiling::col(j);
       if (row < m && col < n) {
         if (split.count > 1) {
           split.workspace[((static_cast<index_t>(blockIdx.z) * split.problems + index) * m + row) * n + col] =

@@ -89,24 +89,26 @@ void launch_tensor_core(cudaStream_t stream, const Batch& batch, index_t max_m, 
 }
 
 /// Tiny problems: as many per block as the block's threads have output registers for and its
-/// shared memory has room, within the policy's problems-per-block bound.
+/// shared memory has room, within the policy's problems-per-block bound; sized from the bounds
+/// (a uniform batch's own shape, a grouped batch's promised bounds).
 template <class Policy, class Batch, class Compute, class Epilogue>
-void launch_tiny(cudaStream_t stream, const Batch& batch, Compute alpha, Compute beta,
-                 const Epilogue& epilogue) {
+void launch_tiny(cudaStream_t stream, const Batch& batch, const tiny::block_bounds& bounds,
+                 Compute alpha, Compute beta, const Epilogue& epilogue) {
   constexpr int threads = Policy::threads;
   constexpr int outputs_per_thread = Policy::accumulators_per_thread;
-  constexpr std::int64_t shared_budget = 48 * 1024;
-  const index_t outputs = batch.m * batch.n;
-  const int k_chunk = static_cast<int>(std::min<index_t>(batch.k, Policy::tile_k));
-  const index_t bytes_per_problem = (batch.m + batch.n) * k_chunk * static_cast<index_t>(sizeof(Compute));
-  const index_t by_registers = std::max<index_t>(1, threads * outputs_per_thread / outputs);
-  const index_t by_shared = std::max<index_t>(1, shared_budget / bytes_per_problem);
-  const int ppb = static_cast<int>(std::min<index_t>({by_registers, by_shared,
-                                                      Policy::problems_per_block, batch.count}));
+  static_assert(threads * outputs_per_thread >= 32 * 32,
+                "gpubatch: the tiny policy must hold a whole 32 x 32 problem in its registers");
+  constexpr index_t shared_budget = 48 * 1024 / static_cast<index_t>(sizeof(Compute));
+  const index_t k_chunk = std::min<index_t>(bounds.max_k, Policy::tile_k);
+  const index_t ppb = tiny::problems_per_block(bounds, k_chunk, threads, outputs_per_thread,
+                                               Policy::problems_per_block, shared_budget);
   const index_t blocks = ceil_div(batch.count, ppb);
-  const auto shared_bytes = static_cast<std::size_t>(ppb * bytes_per_problem);
-  tiny_gemm_kernel<threads, outputs_per_thread><<<static_cast<unsigned>(blocks), threads, shared_bytes, stream>>>(
-      batch, tiny_shape{ppb, k_chunk}, alpha, beta, epilogue);
+  const auto shared_bytes = static_cast<std::size_t>(ppb * (bounds.max_m + bounds.max_n) * k_chunk *
+                                                     static_cast<index_t>(sizeof(Compute)));
+  tiny_gemm_kernel<threads, outputs_per_thread, Policy::problems_per_block>
+      <<<static_cast<unsigned>(blocks), threads, shared_bytes, stream>>>(
+          batch, tiny_shape{static_cast<int>(ppb), static_cast<int>(k_chunk), bounds}, alpha,
+          beta, epilogue);
   GPUBATCH_CUDA_TRY(cudaGetLastError());
 }
 
@@ -127,14 +129,13 @@ void launch_default(cudaStream_t stream, const Batch& batch, index_t max_m, inde
                     index_t max_k, Compute alpha, Compute beta, const Epilogue& epilogue,
                     bool tensor_cores) {
   const size_class size = classify_gemm(max_m, max_n, max_k);
-  if constexpr (Batch::uniform) {
-    if (size == size_class::tiny) {
-      using tiny_policy = typename default_gemm_policy<Element, Arch, size_class::tiny>::type;
-      launch_tiny<tiny_policy>(stream, batch, alpha, beta, epilogue);
-      return;
-    }
+  if (size == size_class::tiny) {
+    using tiny_policy = typename default_gemm_policy<Element, Arch, size_class::tiny>::type;
+    launch_tiny<tiny_policy>(stream, batch, tiny::block_bounds{max_m, max_n, max_k}, alpha, beta,
+                             epilogue);
+    return;
   }
-  // Grouped tiny problems share the medium tile; blocks past a problem's edge exit at once.
+  // Grouped batches: blocks past a smaller problem's edge exit at once.
   const bool large = size == size_class::large;
   if constexpr (tensor_core::supported_v<Element>) {
     if (tensor_cores) {

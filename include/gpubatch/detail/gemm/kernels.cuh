@@ -1,20 +1,25 @@
 /// @file detail/gemm/kernels.cuh
 /// @brief CUDA GEMM kernels; included only by translation units compiled by nvcc.
 ///
-/// - tiny_gemm_kernel: many tiny problems per block; each problem's operands are staged once in
-///   shared memory, each thread keeps a few outputs in registers.
-/// - tiled_gemm_kernel: a thread-block tile of C per block, TM x TN accumulators per thread in
-///   registers, K steps staged in shared memory with register-prefetched double buffering;
-///   operand tiles are fetched with 16-byte vector loads where the operand allows it.
+/// - tiny_gemm_kernel: many tiny problems per block, of any batch form (grouped ones each their
+///   own shape); each problem's operands are staged once in shared memory, each thread keeps a
+///   few outputs in registers.
+/// - tiled_gemm_kernel: a thread-block tile of C per block split into warp tiles, TM x TN
+///   accumulators per thread in registers fed by 16-byte shared-memory fragment reads, K steps
+///   staged in shared memory with register-prefetched double buffering; operand tiles are
+///   fetched with 16-byte vector loads where the operand allows it.
 ///
 /// Index math, edge predicates and the epilogue store are the shared __host__ __device__ code of
-/// detail/gemm/problem.hpp, and the tiled kernel's tile loads that of detail/gemm/simt_tile.hpp,
-/// both exercised by the host tests.
+/// detail/gemm/problem.hpp, the tiled kernel's tile loads that of detail/gemm/simt_tile.hpp and
+/// its thread arrangement and inner product that of detail/gemm/warp_tiling.hpp, all exercised
+/// by the host tests.
 #pragma once
 
 #include <gpubatch/config.hpp>
 #include <gpubatch/detail/gemm/problem.hpp>
 #include <gpubatch/detail/gemm/simt_tile.hpp>
+#include <gpubatch/detail/gemm/tiny_block.hpp>
+#include <gpubatch/detail/gemm/warp_tiling.hpp>
 
 #include <cstdint>
 #include <type_traits>
@@ -23,69 +28,61 @@ GPUBATCH_KERNELS_BEGIN
 
 namespace gpubatch::detail::cuda_gemm {
 
-/// Shape of a tiny launch: problems staged per block and the K chunk staged at a time.
+/// Shape of a tiny launch: problems staged per block, the K chunk staged at a time, and the
+/// bounds every problem lies within (a grouped batch's promised bounds).
 struct tiny_shape {
   int problems_per_block;
   int k_chunk;
+  tiny::block_bounds bounds;
 };
 
-/// Several whole problems per block. Thread t owns outputs t, t + threads, ... of the block's
-/// problems laid end to end, so small problems keep every thread busy.
-template <int Threads, int OutputsPerThread, class Batch, class Compute, class Epilogue>
+/// Several whole problems per block, of any batch form (grouped problems each their own shape).
+/// The block reads its problems' descriptors once into shared memory; thread t owns outputs
+/// t, t + Threads, ... of the block's problems laid end to end, so small problems keep every
+/// thread busy. The phases between the barriers are the shared code of detail/gemm/tiny_block.hpp.
+template <int Threads, int OutputsPerThread, int MaxProblems, class Batch, class Compute,
+          class Epilogue>
 GPUBATCH_KERNEL void __launch_bounds__(Threads)
     tiny_gemm_kernel(Batch batch, tiny_shape shape, Compute alpha, Compute beta, Epilogue epilogue) {
-  extern __shared__ unsigned char tiny_shared[];
-  Compute* const shared = reinterpret_cast<Compute*>(tiny_shared);
-  const index_t m = batch.m, n = batch.n, k = batch.k;
+  using instance = std::remove_cv_t<decltype(batch.problem(0))>;
+  __shared__ tiny::block_table<instance, MaxProblems> table;
+  extern __shared__ __align__(16) unsigned char tiny_shared[];
   const int ppb = shape.problems_per_block;
-  const int kc = shape.k_chunk;
+  const index_t kc = shape.k_chunk;
   const index_t first = static_cast<index_t>(blockIdx.x) * ppb;
   const int problems = static_cast<int>(first + ppb <= batch.count ? ppb : batch.count - first);
-  Compute* const a_s = shared;                         // [problems][m][kc]
-  Compute* const b_s = shared + static_cast<index_t>(ppb) * m * kc;  // [problems][kc][n]
+  const int thread = static_cast<int>(threadIdx.x);
+  for (int l = thread; l < problems; l += Threads) {
+    tiny::fetch_problem(batch, first, l, shape.bounds, table);
+  }
+  __syncthreads();
+  if (thread == 0) tiny::finish_table(problems, kc, table);
+  __syncthreads();
 
-  const index_t outputs = m * n;
+  Compute* const a_s = reinterpret_cast<Compute*>(tiny_shared);  // [problems][m][kc]
+  Compute* const b_s = a_s + static_cast<index_t>(ppb) * shape.bounds.max_m * kc;  // [problems][kc][n]
+  tiny::owned_output own[OutputsPerThread];
   Compute acc[OutputsPerThread];
-  int local[OutputsPerThread];
-  index_t row[OutputsPerThread], col[OutputsPerThread];
 #pragma unroll
   for (int r = 0; r < OutputsPerThread; ++r) {
-    const index_t e = threadIdx.x + static_cast<index_t>(r) * Threads;
-    local[r] = static_cast<int>(e / outputs);
-    row[r] = (e % outputs) / n;
-    col[r] = e % n;
+    own[r] = tiny::output_of(table, thread + static_cast<index_t>(r) * Threads);
     acc[r] = Compute(0);
   }
-
-  for (index_t k0 = 0; k0 < k; k0 += kc) {
-    const index_t kk = k - k0 < kc ? k - k0 : kc;
-    __syncthreads();  // the previous chunk has been consumed
-    for (index_t idx = threadIdx.x; idx < problems * m * kk; idx += Threads) {
-      const index_t lp = idx / (m * kk), i = (idx / kk) % m, p = idx % kk;
-      a_s[(lp * m + i) * kc + p] = convert<Compute>(batch.problem(first + lp).a(i, k0 + p));
-    }
-    for (index_t idx = threadIdx.x; idx < problems * kk * n; idx += Threads) {
-      const index_t lp = idx / (kk * n), p = (idx / n) % kk, j = idx % n;
-      b_s[(lp * kc + p) * n + j] = convert<Compute>(batch.problem(first + lp).b(k0 + p, j));
-    }
+  for (index_t k0 = 0; k0 < table.k_max; k0 += kc) {
+    if (k0 > 0) __syncthreads();  // the previous chunk has been consumed
+    tiny::stage_chunk(table, k0, kc, thread, Threads, a_s, b_s);
     __syncthreads();
 #pragma unroll
     for (int r = 0; r < OutputsPerThread; ++r) {
-      if (local[r] < problems) {
-        const Compute* a_row = a_s + (static_cast<index_t>(local[r]) * m + row[r]) * kc;
-        const Compute* b_col = b_s + static_cast<index_t>(local[r]) * kc * n + col[r];
-        Compute sum = acc[r];
-        for (index_t p = 0; p < kk; ++p) sum += a_row[p] * b_col[p * n];
-        acc[r] = sum;
-      }
+      if (own[r].local >= 0) acc[r] = tiny::accumulate_chunk(table, own[r], k0, kc, a_s, b_s, acc[r]);
     }
   }
 #pragma unroll
   for (int r = 0; r < OutputsPerThread; ++r) {
-    if (local[r] < problems) {
-      const index_t b = first + local[r];
-      store_output(batch.problem(b).c(row[r], col[r]), acc[r], alpha, beta, epilogue, b, row[r],
-                   col[r]);
+    if (own[r].local >= 0) {
+      const auto& p = table.problem[own[r].local];
+      store_output(p.c(own[r].row, own[r].col), acc[r], alpha, beta, epilogue,
+                   first + own[r].local, own[r].row, own[r].col);
     }
   }
 }
@@ -123,30 +120,29 @@ struct global_tile_loader {
   }
 };
 
-/// Columns of a thread's register tile: the largest power of two whose square fits.
-constexpr int register_tile_cols(int accumulators) {
-  int cols = 1;
-  while ((cols * 2) * (cols * 2) <= accumulators) cols *= 2;
-  return cols;
-}
+/// The SIMT block tile arrangement of `Policy` for compute type `Compute`.
+template <class Policy, class Compute>
+using policy_tiling = simt::warp_tiling<Policy::tile_m, Policy::tile_n, Policy::threads,
+                                        Policy::accumulators_per_thread,
+                                        simt::vector_width<Compute>>;
 
 /// The pipelined main loop of the SIMT tiled kernels (GEMM and implicit-GEMM convolution):
 /// tile kt + 1 is fetched from global memory into registers while tile kt is multiplied out of
 /// shared memory, then stashed into the other stage buffer; one barrier per K step with two
-/// stages. On return acc holds this thread's TM x TN part of the block's product.
+/// stages. On return acc holds this thread's part of the block's product (see warp_tiling).
 /// @param fetch fetch(kt) loads K tile kt into the caller's registers
 /// @param stash stash(stage) stores those registers into stage buffer `stage`: A as [BK][BM],
 ///        B as [BK][BN], B right after A
-template <class Policy, int TM, int TN, class Compute, class Fetch, class Stash>
-GPUBATCH_DEVICE void tiled_mainloop(index_t k_tiles, const Compute* shared, int ty, int tx,
-                                    Fetch&& fetch, Stash&& stash, Compute (&acc)[TM][TN]) {
+template <class Policy, class Tiling, class Compute, class Fetch, class Stash>
+GPUBATCH_DEVICE void tiled_mainloop(index_t k_tiles, const Compute* shared, simt::lane_origin at,
+                                    Fetch&& fetch, Stash&& stash,
+                                    Compute (&acc)[Tiling::tm][Tiling::tn]) {
   constexpr int BM = Policy::tile_m, BN = Policy::tile_n, BK = Policy::tile_k;
   constexpr int stage_elems = (BM + BN) * BK;
-  constexpr int threads_n = BN / TN;
 #pragma unroll
-  for (int i = 0; i < TM; ++i)
+  for (int i = 0; i < Tiling::tm; ++i)
 #pragma unroll
-    for (int j = 0; j < TN; ++j) acc[i][j] = Compute(0);
+    for (int j = 0; j < Tiling::tn; ++j) acc[i][j] = Compute(0);
   if (k_tiles > 0) {
     fetch(index_t{0});
     stash(0);
@@ -157,19 +153,7 @@ GPUBATCH_DEVICE void tiled_mainloop(index_t k_tiles, const Compute* shared, int 
     const bool more = kt + 1 < k_tiles;
     if (more) fetch(kt + 1);  // global loads in flight while this tile is computed
     const Compute* const a_s = shared + stage * stage_elems;
-    const Compute* const b_s = a_s + BM * BK;
-#pragma unroll
-    for (int p = 0; p < BK; ++p) {
-      Compute a_frag[TM], b_frag[TN];
-#pragma unroll
-      for (int i = 0; i < TM; ++i) a_frag[i] = a_s[p * BM + ty + i * (BM / TM)];
-#pragma unroll
-      for (int j = 0; j < TN; ++j) b_frag[j] = b_s[p * BN + tx + j * threads_n];
-#pragma unroll
-      for (int i = 0; i < TM; ++i)
-#pragma unroll
-        for (int j = 0; j < TN; ++j) acc[i][j] += a_frag[i] * b_frag[j];
-    }
+    simt::multiply_stage<Tiling, BM, BN, BK>(a_s, a_s + BM * BK, at, acc);
     if (more) {
       if constexpr (Policy::stages == 1) __syncthreads();  // one buffer: wait for every reader
       stash(Policy::stages == 2 ? 1 - stage : 0);
@@ -189,15 +173,9 @@ GPUBATCH_KERNEL void __launch_bounds__(Policy::threads)
   static_assert(Policy::stages <= 2, "gpubatch: the SIMT GEMM kernel pipelines 1 or 2 stages");
   static_assert((BM * BK) % T == 0 && (BK * BN) % T == 0,
                 "gpubatch: the policy's A and B tiles must divide evenly among its threads");
-  // Threads form a (BM / TM) x (BN / TN) grid, each with a TM x TN register tile, as square
-  // as the accumulator count allows (fewer shared-memory reads per multiply-add).
-  constexpr int TN = register_tile_cols(Policy::accumulators_per_thread);
-  constexpr int TM = Policy::accumulators_per_thread / TN;
-  static_assert(TM * TN == Policy::accumulators_per_thread && BM % TM == 0 && BN % TN == 0,
-                "gpubatch: the policy's tile does not map onto its threads");
-  constexpr int threads_n = BN / TN;
+  using tiling = policy_tiling<Policy, Compute>;
 
-  extern __shared__ unsigned char tiled_shared[];
+  extern __shared__ __align__(16) unsigned char tiled_shared[];
   Compute* const shared = reinterpret_cast<Compute*>(tiled_shared);
   constexpr int stage_elems = (BM + BN) * BK;
 
@@ -232,17 +210,16 @@ GPUBATCH_KERNEL void __launch_bounds__(Policy::threads)
     b_tile::store(b_plan, false, b_s, thread, b_regs);
   };
 
-  const int ty = static_cast<int>(threadIdx.x) / threads_n;
-  const int tx = static_cast<int>(threadIdx.x) % threads_n;
-  Compute acc[TM][TN];
-  tiled_mainloop<Policy>(ceil_div(problem.k, BK), shared, ty, tx, fetch, stash, acc);
+  const simt::lane_origin at = tiling::origin(thread);
+  Compute acc[tiling::tm][tiling::tn];
+  tiled_mainloop<Policy, tiling>(ceil_div(problem.k, BK), shared, at, fetch, stash, acc);
 
 #pragma unroll
-  for (int i = 0; i < TM; ++i) {
-    const index_t row = tile_row + ty + i * (BM / TM);
+  for (int i = 0; i < tiling::tm; ++i) {
+    const index_t row = tile_row + at.row + tiling::row(i);
 #pragma unroll
-    for (int j = 0; j < TN; ++j) {
-      const index_t col = tile_col + tx + j * threads_n;
+    for (int j = 0; j < tiling::tn; ++j) {
+      const index_t col = tile_col + at.col + tiling::col(j);
       if (row < problem.m && col < problem.n) {
         store_output(problem.c(row, col), acc[i][j], alpha, beta, epilogue, b, row, col);
       }

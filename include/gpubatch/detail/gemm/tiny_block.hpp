@@ -1,0 +1,168 @@
+/// @file detail/gemm/tiny_block.hpp
+/// @brief What the CUDA tiny-matrix kernel shares with the host tests: how one block lays out
+/// its several tiny problems (each its own shape in a grouped batch) end to end, stages their
+/// operands in shared memory one K chunk at a time, and hands their outputs to its threads.
+///
+/// A block takes up to MaxProblems consecutive problems of a batch. Their descriptors are read
+/// once into a table (in shared memory on the device); from the table, every output of the block
+/// has an index e in [0, outputs) and thread t owns e = t, t + threads, ...; each problem's A
+/// chunk (m x kc) and B chunk (kc x n) have a fixed place in the staging buffers. The kernel is
+/// these functions separated by barriers, so a host test that calls them for every thread of a
+/// block, phase by phase, runs exactly the kernel's index math.
+#pragma once
+
+#include <gpubatch/config.hpp>
+#include <gpubatch/detail/gemm/problem.hpp>
+#include <gpubatch/numeric.hpp>
+
+namespace gpubatch::detail::tiny {
+
+/// The problems of one block: their instances and where their outputs and staged chunks begin.
+/// Problems that are empty (m, n or k <= 0) or exceed the launch's bounds (a broken promise of
+/// a grouped batch) get no outputs and no staging, so they are left untouched and can never
+/// overrun the block's registers or shared memory.
+template <class Instance, int MaxProblems>
+struct block_table {
+  int problems;                          ///< problems of this block
+  index_t k_max;                         ///< the deepest of them (K chunks to walk)
+  Instance problem[MaxProblems];          ///< gemm_instance of each problem
+  index_t output_begin[MaxProblems + 1];  ///< prefix sums of m * n
+  index_t a_begin[MaxProblems + 1];       ///< prefix sums of m * k_chunk
+  index_t b_begin[MaxProblems + 1];       ///< prefix sums of k_chunk * n
+
+  /// Outputs of the whole block.
+  GPUBATCH_HOST_DEVICE index_t outputs() const { return output_begin[problems]; }
+};
+
+/// Upper bounds of the problems a block may hold.
+struct block_bounds {
+  index_t max_m, max_n, max_k;
+};
+
+/// Stores instance `local` of a block (phase 1, one thread per problem).
+template <class Batch, class Table>
+GPUBATCH_HOST_DEVICE void fetch_problem(const Batch& batch, index_t first, int local,
+                                        const block_bounds& bounds, Table& table) {
+  auto p = batch.problem(first + local);
+  const bool usable = p.m > 0 && p.n > 0 && p.k > 0 && p.m <= bounds.max_m &&
+                      p.n <= bounds.max_n && p.k <= bounds.max_k;
+  if (!usable) p.m = p.n = p.k = 0;
+  table.problem[local] = p;
+}
+
+/// Prefix sums over the fetched problems (phase 2, one thread).
+template <class Table>
+GPUBATCH_HOST_DEVICE void finish_table(int problems, index_t k_chunk, Table& table) {
+  table.problems = problems;
+  table.k_max = 0;
+  table.output_begin[0] = table.a_begin[0] = table.b_begin[0] = 0;
+  for (int l = 0; l < problems; ++l) {
+    const auto& p = table.problem[l];
+    table.output_begin[l + 1] = table.output_begin[l] + p.m * p.n;
+    table.a_begin[l + 1] = table.a_begin[l] + p.m * k_chunk;
+    table.b_begin[l + 1] = table.b_begin[l] + k_chunk * p.n;
+    table.k_max = p.k > table.k_max ? p.k : table.k_max;
+  }
+}
+
+/// The problem that block output `e` (< table.outputs()) belongs to: binary search of the prefix.
+template <class Table>
+GPUBATCH_HOST_DEVICE int problem_of(const Table& table, index_t e) {
+  int lo = 0, hi = table.problems - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (table.output_begin[mid] <= e) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return lo;
+}
+
+/// One output a thread owns: problem, row and column. local < 0: the thread has no output here.
+/// (int: a block's problems are tiny, and a thread keeps several of these in registers.)
+struct owned_output {
+  int local;
+  int row;
+  int col;
+};
+
+/// Output `e` of the block.
+template <class Table>
+GPUBATCH_HOST_DEVICE owned_output output_of(const Table& table, index_t e) {
+  if (e >= table.outputs()) return {-1, 0, 0};
+  const int l = problem_of(table, e);
+  const index_t within = e - table.output_begin[l];
+  const index_t n = table.problem[l].n;
+  return {l, static_cast<int>(within / n), static_cast<int>(within % n)};
+}
+
+/// Columns of K chunk [k0, k0 + k_chunk) that problem `p` has.
+template <class Instance>
+GPUBATCH_HOST_DEVICE index_t chunk_depth(const Instance& p, index_t k0, index_t k_chunk) {
+  const index_t left = p.k - k0;
+  return left <= 0 ? 0 : (left < k_chunk ? left : k_chunk);
+}
+
+/// Stages this thread's share of K chunk k0 of every problem (phase 3, between barriers): A as
+/// [m][k_chunk] at a_begin, B as [k_chunk][n] at b_begin. The threads split into as many
+/// groups as there are problems (at most one group per thread); group g stages problems g,
+/// g + groups, ..., its threads walking each problem's elements with consecutive threads on
+/// consecutive elements.
+template <class Table, class Compute>
+GPUBATCH_HOST_DEVICE void stage_chunk(const Table& table, index_t k0, index_t k_chunk, int thread,
+                                      int threads, Compute* a_s, Compute* b_s) {
+  if (table.problems == 0) return;
+  const int groups = table.problems < threads ? table.problems : threads;
+  const int group_size = threads / groups;
+  const int group = thread / group_size;
+  if (group >= groups) return;  // threads left over when groups does not divide threads
+  const int member = thread % group_size;
+  for (int l = group; l < table.problems; l += groups) {
+    const auto& p = table.problem[l];
+    const index_t kk = chunk_depth(p, k0, k_chunk);
+    Compute* const a_dst = a_s + table.a_begin[l];
+    for (index_t idx = member; idx < p.m * kk; idx += group_size) {
+      const index_t i = idx / kk, q = idx % kk;
+      a_dst[i * k_chunk + q] = convert<Compute>(p.a(i, k0 + q));
+    }
+    Compute* const b_dst = b_s + table.b_begin[l];
+    for (index_t idx = member; idx < kk * p.n; idx += group_size) {
+      const index_t q = idx / p.n, j = idx % p.n;
+      b_dst[q * p.n + j] = convert<Compute>(p.b(k0 + q, j));
+    }
+  }
+}
+
+/// Adds K chunk k0's contribution to one owned output (phase 4, between barriers).
+template <class Table, class Compute>
+GPUBATCH_HOST_DEVICE Compute accumulate_chunk(const Table& table, const owned_output& o,
+                                              index_t k0, index_t k_chunk, const Compute* a_s,
+                                              const Compute* b_s, Compute sum) {
+  const auto& p = table.problem[o.local];
+  const index_t kk = chunk_depth(p, k0, k_chunk);
+  const Compute* const a_row = a_s + table.a_begin[o.local] + o.row * k_chunk;
+  const Compute* const b_col = b_s + table.b_begin[o.local] + o.col;
+  for (index_t q = 0; q < kk; ++q) sum += a_row[q] * b_col[q * p.n];
+  return sum;
+}
+
+/// Problems a block of `threads` threads with `outputs_per_thread` accumulators each can take
+/// when every problem may be as large as `bounds`, within `max_problems` (the policy) and the
+/// shared-memory budget for chunks of depth `k_chunk`.
+GPUBATCH_HOST_DEVICE constexpr index_t problems_per_block(const block_bounds& bounds,
+                                                          index_t k_chunk, int threads,
+                                                          int outputs_per_thread,
+                                                          int max_problems,
+                                                          index_t shared_budget_elements) {
+  const index_t outputs = bounds.max_m * bounds.max_n;
+  const index_t staged = (bounds.max_m + bounds.max_n) * k_chunk;
+  index_t by_registers = static_cast<index_t>(threads) * outputs_per_thread / outputs;
+  index_t by_shared = shared_budget_elements / staged;
+  index_t ppb = by_registers < by_shared ? by_registers : by_shared;
+  ppb = ppb < max_problems ? ppb : max_problems;
+  return ppb < 1 ? 1 : ppb;
+}
+
+}  // namespace gpubatch::detail::tiny
