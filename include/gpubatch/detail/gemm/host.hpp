@@ -566,7 +566,10 @@ constexpr int square_rows_per_pass(int n, int vectors_per_row) {
 /// store path) is decided once, so a problem costs little more than its multiply-adds: the
 /// row kernel's per-problem work (pass setup, a row buffer, per-row checks) was half the time
 /// of an 8 x 8 x 8 f32 problem.
-template <int N, bool ReadC, class Batch, class Compute, class Epilogue>
+/// `Packed`: every leading dimension is N, known at compile time, so all of a problem's
+/// addresses are one base register plus a constant (16 row pointers of A took most of the
+/// general registers and cost 1.4x at n = 16).
+template <int N, bool ReadC, bool Packed, class Batch, class Compute, class Epilogue>
 void square_run(const Batch& batch, index_t first, index_t last, Compute alpha, Compute beta,
                 const Epilogue& epilogue) {
   constexpr int row_bytes = N * static_cast<int>(sizeof(Compute));
@@ -582,9 +585,14 @@ void square_run(const Batch& batch, index_t first, index_t last, Compute alpha, 
       std::is_same_v<TC, Compute> && std::is_same_v<Epilogue, epilogue::identity>;
   const vec alpha_v = splat<vec>(alpha);
   [[maybe_unused]] const vec beta_v = splat<vec>(beta);
+  // A copy of the batch description, which the compiler keeps in registers: read through the
+  // reference, it was reloaded after every store to C that might alias it (1.2x at n = 16).
+  const Batch local = batch;
   for (index_t i = first; i < last; ++i) {
-    const auto p = batch.problem(i);
-    const index_t a_ld = p.a.stride.row, b_ld = p.b.stride.row, c_ld = p.c.stride.row;
+    const auto p = local.problem(i);
+    const index_t a_ld = Packed ? N : p.a.stride.row;
+    const index_t b_ld = Packed ? N : p.b.stride.row;
+    const index_t c_ld = Packed ? N : p.c.stride.row;
     for (int i0 = 0; i0 < N; i0 += R) {
       const Compute* const a = p.a.data + i0 * a_ld;
       const Compute* const b = p.b.data;
@@ -654,10 +662,17 @@ bool try_square_run(const Batch& batch, index_t first, index_t last, Compute alp
       // where all of C is one register per row; with 16-byte vectors (16 registers, several
       // per row) the row kernel's wider passes win at 16 and 32.
       if constexpr (vector_bytes == 64 || (vectors == 1 && square_rows_per_pass(N, 1) == N)) {
+        const bool packed = p0.a.stride.row == N && p0.b.stride.row == N && p0.c.stride.row == N;
         if (beta == Compute(0)) {
-          square_run<N, false>(batch, first, last, alpha, beta, epilogue);
+          if (packed) {
+            square_run<N, false, true>(batch, first, last, alpha, beta, epilogue);
+          } else {
+            square_run<N, false, false>(batch, first, last, alpha, beta, epilogue);
+          }
+        } else if (packed) {
+          square_run<N, true, true>(batch, first, last, alpha, beta, epilogue);
         } else {
-          square_run<N, true>(batch, first, last, alpha, beta, epilogue);
+          square_run<N, true, false>(batch, first, last, alpha, beta, epilogue);
         }
         return true;
       } else {
