@@ -100,8 +100,9 @@ void launch_tiny(cudaStream_t stream, const Batch& batch, const tiny::block_boun
                 "gpubatch: the tiny policy must hold a whole 32 x 32 problem in its registers");
   constexpr index_t shared_budget = 48 * 1024 / static_cast<index_t>(sizeof(Compute));
   const index_t k_chunk = std::min<index_t>(bounds.max_k, Policy::tile_k);
-  const index_t ppb = tiny::problems_per_block(bounds, k_chunk, threads, outputs_per_thread,
-                                               Policy::problems_per_block, shared_budget);
+  const index_t ppb = std::min(batch.count,
+                               tiny::problems_per_block(bounds, k_chunk, threads, outputs_per_thread,
+                                                        Policy::problems_per_block, shared_budget));
   const index_t blocks = ceil_div(batch.count, ppb);
   const auto shared_bytes = static_cast<std::size_t>(ppb * (bounds.max_m + bounds.max_n) * k_chunk *
                                                      static_cast<index_t>(sizeof(Compute)));
