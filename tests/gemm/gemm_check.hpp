@@ -66,16 +66,42 @@ inline stored make_stored(index_t rows, index_t cols, layout order, index_t pad)
   return {rows, cols, std::max<index_t>(minor + pad, 1), order};
 }
 
+/// Integer GEMMs take integer scalars: maps the fractional test scalars to small integers.
+template <class TA>
+void integer_scalars(double& alpha, double& beta) {
+  if constexpr (std::is_integral_v<compute_type_t<TA>>) {
+    alpha = std::round(alpha * 4);
+    beta = std::round(beta * 2);
+  }
+}
+
+/// C before a run: poison when beta = 0 (so an element the kernel never writes fails), else
+/// random values exactly representable in both the compute and the output type.
+template <class TA, class TC>
+std::vector<TC> initial_c(std::size_t size, double beta, std::uint64_t seed) {
+  using compute = compute_type_t<TA>;
+  std::vector<TC> c(size, poison_value<TC>());
+  if (beta != 0.0) {
+    const auto initial = random_inputs<TA>(size, seed);
+    for (std::size_t i = 0; i < size; ++i) c[i] = convert<TC>(convert<compute>(initial[i]));
+  }
+  return c;
+}
+
+/// A buffer of Backend's memory holding a copy of `host`.
+template <class Backend, class T>
+device_buffer<T> to_backend(const std::vector<T>& host) {
+  device_buffer<T> buffer(host.size(), Backend::exec());
+  Backend::from_host(buffer.data(), host);
+  return buffer;
+}
+
 /// Runs one case on Backend (with gemm policy `Policy`; void: the defaults) and checks it against
 /// the reference, which applies `reference_epi` (default: `epi` itself).
 template <class Backend, class TA, class TC, class Epilogue = epilogue::identity, class Policy = void>
 void check_gemm(gemm_case c, Epilogue epi = {}, const Epilogue* reference_epi = nullptr) {
   using compute = compute_type_t<TA>;
-  if constexpr (std::is_integral_v<compute>) {
-    // Integer GEMMs take integer scalars: map the fractional test scalars to small integers.
-    c.alpha = std::round(c.alpha * 4);
-    c.beta = std::round(c.beta * 2);
-  }
+  integer_scalars<TA>(c.alpha, c.beta);
   INFO(describe(c));
   const auto exec = Backend::exec();
   const index_t a_rows = c.op_a == op::none ? c.m : c.k;
@@ -89,20 +115,12 @@ void check_gemm(gemm_case c, Epilogue epi = {}, const Epilogue* reference_epi = 
   const std::uint64_t seed = static_cast<std::uint64_t>(c.m * 1000003 + c.n * 1009 + c.k * 31 + c.count);
   const auto host_a = random_inputs<TA>(static_cast<std::size_t>(sa.size() * c.count), seed);
   const auto host_b = random_inputs<TA>(static_cast<std::size_t>(sb.size() * c.count), seed + 1);
-  std::vector<TC> host_c(static_cast<std::size_t>(sc.size() * c.count));
-  if (c.beta == 0.0) {
-    std::fill(host_c.begin(), host_c.end(), poison_value<TC>());
-  } else {
-    const auto initial = random_inputs<TA>(host_c.size(), seed + 2);
-    for (std::size_t i = 0; i < host_c.size(); ++i) host_c[i] = convert<TC>(convert<compute>(initial[i]));
-  }
+  const std::vector<TC> host_c =
+      initial_c<TA, TC>(static_cast<std::size_t>(sc.size() * c.count), c.beta, seed + 2);
 
-  device_buffer<TA> dev_a(host_a.size(), exec);
-  device_buffer<TA> dev_b(host_b.size(), exec);
-  device_buffer<TC> dev_c(host_c.size(), exec);
-  Backend::from_host(dev_a.data(), host_a);
-  Backend::from_host(dev_b.data(), host_b);
-  Backend::from_host(dev_c.data(), host_c);
+  auto dev_a = to_backend<Backend>(host_a);
+  auto dev_b = to_backend<Backend>(host_b);
+  auto dev_c = to_backend<Backend>(host_c);
 
   const auto alpha = static_cast<compute>(c.alpha);
   const auto beta = static_cast<compute>(c.beta);
@@ -238,10 +256,7 @@ inline std::string describe(const ragged_case& r) {
 template <class Backend, class TA, class TC>
 void check_grouped_ragged(ragged_case r) {
   using compute = compute_type_t<TA>;
-  if constexpr (std::is_integral_v<compute>) {
-    r.alpha = std::round(r.alpha * 4);
-    r.beta = std::round(r.beta * 2);
-  }
+  integer_scalars<TA>(r.alpha, r.beta);
   INFO(describe(r));
   const auto exec = Backend::exec();
   const grouped_gemm_layout& lay = r.layouts;
@@ -274,19 +289,11 @@ void check_grouped_ragged(ragged_case r) {
   }
   const auto host_a = random_inputs<TA>(static_cast<std::size_t>(std::max<index_t>(a_total, 1)), r.seed + 10);
   const auto host_b = random_inputs<TA>(static_cast<std::size_t>(std::max<index_t>(b_total, 1)), r.seed + 11);
-  std::vector<TC> host_c(static_cast<std::size_t>(std::max<index_t>(c_total, 1)));
-  if (r.beta == 0.0) {
-    std::fill(host_c.begin(), host_c.end(), poison_value<TC>());
-  } else {
-    const auto initial = random_inputs<TA>(host_c.size(), r.seed + 12);
-    for (std::size_t i = 0; i < host_c.size(); ++i) host_c[i] = convert<TC>(convert<compute>(initial[i]));
-  }
-  device_buffer<TA> dev_a(host_a.size(), exec);
-  device_buffer<TA> dev_b(host_b.size(), exec);
-  device_buffer<TC> dev_c(host_c.size(), exec);
-  Backend::from_host(dev_a.data(), host_a);
-  Backend::from_host(dev_b.data(), host_b);
-  Backend::from_host(dev_c.data(), host_c);
+  const std::vector<TC> host_c =
+      initial_c<TA, TC>(static_cast<std::size_t>(std::max<index_t>(c_total, 1)), r.beta, r.seed + 12);
+  auto dev_a = to_backend<Backend>(host_a);
+  auto dev_b = to_backend<Backend>(host_b);
+  auto dev_c = to_backend<Backend>(host_c);
   std::vector<gemm_problem<TA, TA, TC>> problems;
   for (const shape& s : shapes) {
     problems.push_back({s.m, s.n, s.k, dev_a.data() + s.a_at, s.a.ld, dev_b.data() + s.b_at,

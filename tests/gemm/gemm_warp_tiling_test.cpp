@@ -97,32 +97,30 @@ void check_fragment_reads() {
   REQUIRE(tiling::warps_m * tiling::warps_n * 32 == Policy::threads);
   REQUIRE(tiling::warps_m * tiling::warp_tile_m == BM);
   REQUIRE(tiling::warps_n * tiling::warp_tile_n == BN);
+  // One operand's reads of k row p: `registers` per lane in pieces of `width` elements, the
+  // lane's piece at element element_of(lane origin, p, register) of the stage.
+  const auto check_reads = [&](const char* operand, int warp, int p, int registers, int width,
+                               auto&& element_of) {
+    for (int x = 0; x < registers; x += width) {
+      std::vector<std::int64_t> addresses;
+      for (int lane = 0; lane < 32; ++lane) {
+        const std::int64_t element = element_of(tiling::origin(warp * 32 + lane), p, x);
+        REQUIRE(element % width == 0);
+        addresses.push_back(element * bytes);
+      }
+      const bank_cost cost = read_cost(addresses, width * bytes);
+      INFO(operand << " fragment read, warp " << warp << ", k row " << p << ", register " << x);
+      REQUIRE(cost.actual == cost.minimum);
+    }
+  };
   for (int warp = 0; warp < Policy::threads / 32; ++warp) {
     for (int p = 0; p < Policy::tile_k; ++p) {
-      for (int i = 0; i < tiling::tm; i += tiling::vector_m) {
-        std::vector<std::int64_t> addresses;
-        for (int lane = 0; lane < 32; ++lane) {
-          const simt::lane_origin at = tiling::origin(warp * 32 + lane);
-          const std::int64_t element = p * BM + at.row + tiling::row(i);
-          REQUIRE(element % tiling::vector_m == 0);
-          addresses.push_back(element * bytes);
-        }
-        const bank_cost cost = read_cost(addresses, tiling::vector_m * bytes);
-        INFO("A fragment read, warp " << warp << ", k row " << p << ", register row " << i);
-        REQUIRE(cost.actual == cost.minimum);
-      }
-      for (int j = 0; j < tiling::tn; j += tiling::vector_n) {
-        std::vector<std::int64_t> addresses;
-        for (int lane = 0; lane < 32; ++lane) {
-          const simt::lane_origin at = tiling::origin(warp * 32 + lane);
-          const std::int64_t element = p * BN + at.col + tiling::col(j);
-          REQUIRE(element % tiling::vector_n == 0);
-          addresses.push_back(element * bytes);
-        }
-        const bank_cost cost = read_cost(addresses, tiling::vector_n * bytes);
-        INFO("B fragment read, warp " << warp << ", k row " << p << ", register column " << j);
-        REQUIRE(cost.actual == cost.minimum);
-      }
+      check_reads("A", warp, p, tiling::tm, tiling::vector_m, [](simt::lane_origin at, int k, int i) {
+        return std::int64_t{k} * BM + at.row + tiling::row(i);
+      });
+      check_reads("B", warp, p, tiling::tn, tiling::vector_n, [](simt::lane_origin at, int k, int j) {
+        return std::int64_t{k} * BN + at.col + tiling::col(j);
+      });
     }
   }
 }

@@ -434,6 +434,21 @@ void tiny_problem(const gemm_instance<TA, TB, TC>& p, Compute alpha, Compute bet
   }
 }
 
+/// Element types of a batch's operands.
+template <class Batch>
+struct batch_types {
+  using instance = decltype(std::declval<const Batch&>().problem(0));
+  using a = std::remove_const_t<std::remove_pointer_t<decltype(instance::a.data)>>;
+  using b = std::remove_const_t<std::remove_pointer_t<decltype(instance::b.data)>>;
+  using c = std::remove_pointer_t<decltype(instance::c.data)>;
+};
+
+/// Whether A and B are already of the compute type (the run kernels read them as they lie).
+template <class Batch, class Compute>
+inline constexpr bool operands_of_type =
+    std::is_same_v<typename batch_types<Batch>::a, Compute> &&
+    std::is_same_v<typename batch_types<Batch>::b, Compute>;
+
 // The 4 x 4 permutation kernel needs __builtin_shufflevector (GCC 12, Clang). nvcc's front end
 // rejects it in a pack expansion, so translation units nvcc compiles use the row kernel there.
 #if defined(__has_builtin) && !defined(__CUDACC__)
@@ -499,10 +514,7 @@ void four_by_four(const Compute* a_data, const Compute* b_data, const matrix_ref
 template <class Batch, class Compute, class Epilogue>
 bool try_four_by_four(const Batch& batch, index_t first, index_t last, Compute alpha,
                       Compute beta, const Epilogue& epilogue) {
-  using first_problem = decltype(batch.problem(first));
-  using TA = std::remove_const_t<std::remove_pointer_t<decltype(first_problem::a.data)>>;
-  using TB = std::remove_const_t<std::remove_pointer_t<decltype(first_problem::b.data)>>;
-  if constexpr (std::is_same_v<TA, Compute> && std::is_same_v<TB, Compute>) {
+  if constexpr (operands_of_type<Batch, Compute>) {
     const auto p0 = batch.problem(first);
     const auto packed = [](strides2 s) {
       return (s.row == 4 && s.col == 1) || (s.row == 1 && s.col == 4);
@@ -578,8 +590,7 @@ void square_run(const Batch& batch, index_t first, index_t last, Compute alpha, 
   constexpr int V = row_bytes / vec_bytes;  // vectors per row of C
   constexpr int R = square_rows_per_pass(N, V);
   using vec = typename vector_of<Compute, vec_bytes>::type;
-  using first_problem = decltype(batch.problem(first));
-  using TC = std::remove_pointer_t<decltype(first_problem::c.data)>;
+  using TC = typename batch_types<Batch>::c;
   // The plain GEMM stores whole vectors; any other epilogue or output type sees every element.
   constexpr bool vector_store =
       std::is_same_v<TC, Compute> && std::is_same_v<Epilogue, epilogue::identity>;
@@ -648,10 +659,7 @@ void square_run(const Batch& batch, index_t first, index_t last, Compute alpha, 
 template <class Batch, class Compute, class Epilogue>
 bool try_square_run(const Batch& batch, index_t first, index_t last, Compute alpha,
                     Compute beta, const Epilogue& epilogue) {
-  using first_problem = decltype(batch.problem(first));
-  using TA = std::remove_const_t<std::remove_pointer_t<decltype(first_problem::a.data)>>;
-  using TB = std::remove_const_t<std::remove_pointer_t<decltype(first_problem::b.data)>>;
-  if constexpr (std::is_same_v<TA, Compute> && std::is_same_v<TB, Compute>) {
+  if constexpr (operands_of_type<Batch, Compute>) {
     if (batch.m != batch.n || batch.n != batch.k) return false;
     const auto p0 = batch.problem(first);
     if (p0.a.stride.col != 1 || p0.b.stride.col != 1 || p0.c.stride.col != 1) return false;
