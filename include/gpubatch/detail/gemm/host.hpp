@@ -628,8 +628,8 @@ void square_run(const Batch& batch, index_t first, index_t last, Compute alpha, 
       }
       GPUBATCH_HOST_UNROLL(16)
       for (int r = 0; r < R; ++r) {
-        TC* const out = p.c.data + (i0 + r) * c_ld;
         if constexpr (vector_store) {
+          TC* const out = p.c.data + (i0 + r) * c_ld;
           GPUBATCH_HOST_UNROLL(8)
           for (int v = 0; v < V; ++v) {
             vec x = alpha_v * acc[r][v];
@@ -643,11 +643,7 @@ void square_run(const Batch& batch, index_t first, index_t last, Compute alpha, 
         } else {
           alignas(64) Compute row[N];
           std::memcpy(row, acc[r], sizeof(acc[r]));
-          for (int j = 0; j < N; ++j) {
-            Compute value = alpha * row[j];
-            if constexpr (ReadC) value += beta * convert<Compute>(out[j]);
-            out[j] = convert<TC>(epilogue(value, i, index_t{i0 + r}, index_t{j}));
-          }
+          store_fixed<N>(p.c, i0 + r, row, alpha, beta, epilogue, i);
         }
       }
     }

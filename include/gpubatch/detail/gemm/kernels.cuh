@@ -98,25 +98,7 @@ struct global_tile_loader {
   template <class T>
   GPUBATCH_DEVICE void vector(Compute* dst, const T* p) const {
     static_assert(std::is_same_v<T, Compute>, "gpubatch: vector loads do not convert");
-    if constexpr (std::is_same_v<Compute, float>) {
-      const float4 v = *reinterpret_cast<const float4*>(p);
-      dst[0] = v.x;
-      dst[1] = v.y;
-      dst[2] = v.z;
-      dst[3] = v.w;
-    } else if constexpr (std::is_same_v<Compute, double>) {
-      const double2 v = *reinterpret_cast<const double2*>(p);
-      dst[0] = v.x;
-      dst[1] = v.y;
-    } else {
-      // Any other 16-byte-divisible type: an aligned aggregate still compiles to one load.
-      struct alignas(16) piece {
-        Compute v[simt::vector_width<Compute>];
-      };
-      const piece v = *reinterpret_cast<const piece*>(p);
-#pragma unroll
-      for (int e = 0; e < simt::vector_width<Compute>; ++e) dst[e] = v.v[e];
-    }
+    simt::read_piece<simt::vector_width<Compute>>(p, dst);
   }
 };
 
