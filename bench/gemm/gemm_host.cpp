@@ -25,7 +25,6 @@
 #include <cstdint>
 #include <omp.h>
 #include <random>
-#include <vector>
 
 namespace {
 
@@ -48,18 +47,21 @@ index_t batch_for(index_t n, bool cache_resident) {
 template <class T>
 struct square_batch {
   index_t n, count;
-  std::vector<T> a, b, c;
+  // The library's host buffers (64-byte aligned), as a host-backend user allocates them.
+  gpubatch::device_buffer<T> a, b, c;
   square_batch(index_t size, bool cache_resident)
-      : n(size), count(batch_for<T>(size, cache_resident)) {
-    const auto elements = static_cast<std::size_t>(n * n * count);
+      : n(size),
+        count(batch_for<T>(size, cache_resident)),
+        a(elements(), gpubatch::on_host),
+        b(elements(), gpubatch::on_host),
+        c(elements(), gpubatch::on_host) {
     std::mt19937_64 engine(7);
     std::uniform_real_distribution<T> dist(-1, 1);
-    a.resize(elements);
-    b.resize(elements);
-    c.assign(elements, T(0));
-    for (auto& v : a) v = dist(engine);
-    for (auto& v : b) v = dist(engine);
+    std::generate_n(a.data(), a.size(), [&] { return dist(engine); });
+    std::generate_n(b.data(), b.size(), [&] { return dist(engine); });
+    std::fill_n(c.data(), c.size(), T(0));
   }
+  std::size_t elements() const { return static_cast<std::size_t>(n * n * count); }
   void set_rates(benchmark::State& state) const {
     bench::set_rates(state, 2.0 * static_cast<double>(n * n * n * count),
                      3.0 * static_cast<double>(n * n * count * static_cast<index_t>(sizeof(T))));

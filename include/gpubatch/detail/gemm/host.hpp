@@ -650,22 +650,46 @@ void square_run(const Batch& batch, index_t first, index_t last, Compute alpha, 
   }
 }
 
-/// Runs problems [first, last) of a uniform square batch through square_run when its shape
-/// and operands qualify (see there); returns false, having done nothing, otherwise.
+/// Whether square_run has an N x N x N kernel for the compute type. Measured faster than the
+/// other paths with AVX-512 (32 registers) at 8, 16, 32 and 64 (64: 1.1x the blocked path,
+/// whose micro-tiles go through a buffer), and where all of C is one register per row; with
+/// 16-byte vectors (16 registers, several per row) the row kernel's wider passes win at 16
+/// and 32.
+template <class Compute, int N>
+constexpr bool has_square_run() {
+  const int vectors = std::max(1, N * static_cast<int>(sizeof(Compute)) / vector_bytes);
+  return vector_bytes == 64 || (vectors == 1 && square_rows_per_pass(N, 1) == N);
+}
+
+/// Whether try_square_run takes a uniform batch (count > 0): square N x N x N with a square_run
+/// kernel, operands of the compute type, every row of op(A), op(B) and C contiguous.
+template <class Compute, class Batch>
+bool fits_square_run(const Batch& batch) {
+  if constexpr (operands_of_type<Batch, Compute>) {
+    if (batch.m != batch.n || batch.n != batch.k) return false;
+    const bool kernel = (batch.n == 8 && has_square_run<Compute, 8>()) ||
+                        (batch.n == 16 && has_square_run<Compute, 16>()) ||
+                        (batch.n == 32 && has_square_run<Compute, 32>()) ||
+                        (batch.n == 64 && has_square_run<Compute, 64>());
+    const auto p0 = batch.problem(0);
+    return kernel && p0.a.stride.col == 1 && p0.b.stride.col == 1 && p0.c.stride.col == 1;
+  } else {
+    (void)batch;
+    return false;
+  }
+}
+
+/// Runs problems [first, last) of a uniform square batch through square_run when
+/// fits_square_run says it may; returns false, having done nothing, otherwise.
 template <class Batch, class Compute, class Epilogue>
 bool try_square_run(const Batch& batch, index_t first, index_t last, Compute alpha,
                     Compute beta, const Epilogue& epilogue) {
   if constexpr (operands_of_type<Batch, Compute>) {
-    if (batch.m != batch.n || batch.n != batch.k) return false;
+    if (!fits_square_run<Compute>(batch)) return false;
     const auto p0 = batch.problem(first);
-    if (p0.a.stride.col != 1 || p0.b.stride.col != 1 || p0.c.stride.col != 1) return false;
     const auto run = [&](auto n) {
       constexpr int N = decltype(n)::value;
-      constexpr int vectors = std::max(1, N * static_cast<int>(sizeof(Compute)) / vector_bytes);
-      // Measured faster than the row kernel with AVX-512 (32 registers) at 8, 16 and 32, and
-      // where all of C is one register per row; with 16-byte vectors (16 registers, several
-      // per row) the row kernel's wider passes win at 16 and 32.
-      if constexpr (vector_bytes == 64 || (vectors == 1 && square_rows_per_pass(N, 1) == N)) {
+      if constexpr (has_square_run<Compute, N>()) {
         const bool packed = p0.a.stride.row == N && p0.b.stride.row == N && p0.c.stride.row == N;
         if (beta == Compute(0)) {
           if (packed) {
@@ -678,17 +702,15 @@ bool try_square_run(const Batch& batch, index_t first, index_t last, Compute alp
         } else {
           square_run<N, true, false>(batch, first, last, alpha, beta, epilogue);
         }
-        return true;
-      } else {
-        return false;
       }
     };
     switch (batch.n) {
-      case 8: return run(std::integral_constant<int, 8>{});
-      case 16: return run(std::integral_constant<int, 16>{});
-      case 32: return run(std::integral_constant<int, 32>{});
-      default: return false;
+      case 8: run(std::integral_constant<int, 8>{}); break;
+      case 16: run(std::integral_constant<int, 16>{}); break;
+      case 32: run(std::integral_constant<int, 32>{}); break;
+      default: run(std::integral_constant<int, 64>{}); break;
     }
+    return true;
   } else {
     (void)batch, (void)first, (void)last, (void)alpha, (void)beta, (void)epilogue;
     return false;
@@ -725,7 +747,7 @@ void tiny(const gemm_instance<TA, TB, TC>& p, Compute alpha, Compute beta,
   }
 }
 
-/// Problems [first, last) of a uniform batch of tiny problems, on the calling thread. The
+/// Problems [first, last) of a uniform batch that in_runs admits, on the calling thread. The
 /// shape and strides are the same for every problem, so the kernel is chosen once.
 template <class Batch, class Compute, class Epilogue>
 void tiny_range(const Batch& batch, index_t first, index_t last, Compute alpha, Compute beta,
@@ -740,6 +762,19 @@ void tiny_range(const Batch& batch, index_t first, index_t last, Compute alpha, 
   if (try_square_run(batch, first, last, alpha, beta, epilogue)) return;
 #endif
   for (index_t i = first; i < last; ++i) tiny(batch.problem(i), alpha, beta, epilogue, i);
+}
+
+/// Whether a uniform batch (count > 0) goes to tiny_range in runs of whole problems: tiny
+/// problems, and square ones that square_run takes (64 x 64 x 64 ones are one task each on the
+/// blocked path anyway, so nothing is lost in parallelism).
+template <class Compute, class Batch>
+bool in_runs(const Batch& batch) {
+  if (classify_gemm(batch.m, batch.n, batch.k) == size_class::tiny) return true;
+#if defined(__GNUC__)
+  return fits_square_run<Compute>(batch);
+#else
+  return false;
+#endif
 }
 
 /// One whole problem on the calling thread.
@@ -773,7 +808,7 @@ void run(host_exec exec, const Batch& batch, Compute alpha, Compute beta,
     if (batch.m == 0 || batch.n == 0 || batch.k == 0 || batch.count == 0) {
       return;
     }
-    if (classify_gemm(batch.m, batch.n, batch.k) == size_class::tiny) {
+    if (in_runs<Compute>(batch)) {
       // Runs of up to 64 problems per task: the per-task cost (the call, the choice of
       // kernel) is a large part of a problem of a few hundred multiply-adds. The runs are a
       // multiple of the thread count and differ by at most one problem, so the static schedule
