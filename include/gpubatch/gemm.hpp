@@ -167,9 +167,10 @@ void gemm(Exec exec, op op_a, op op_b, detail::scalar_t<TA> alpha,
 /// layouts and ops in `layouts` apply to all. Mixture-of-experts layers and ragged batches.
 ///
 /// On the CUDA backend `problems` is in device memory and the call does not synchronise: the
-/// grid is sized from `bounds`, which must be upper bounds of every problem's m, n and k
-/// (a problem outside them is a precondition violation). On the host backend `problems` is in
-/// host memory, each problem is validated, and `bounds` is ignored.
+/// kernel and its grid are chosen from `bounds`, which must be upper bounds of every problem's
+/// m, n and k (a problem outside them is a precondition violation; it is skipped, its C left
+/// as it was). On the host backend `problems` is in host memory, each problem is validated,
+/// and `bounds` is ignored.
 ///
 /// @param problems `count` problem descriptors
 /// @throws invalid_argument naming the parameter: a negative count, a null descriptor array,

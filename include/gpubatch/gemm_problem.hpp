@@ -32,9 +32,10 @@ struct grouped_gemm_layout {
   layout c = layout::row_major;
 };
 
-/// @brief Upper bounds on m, n and k over the problems of a grouped GEMM. The CUDA backend sizes
-/// its grid from them instead of reading the descriptors back (which would synchronise); it
-/// requires them. The host backend reads the descriptors directly and ignores them.
+/// @brief Upper bounds on m, n and k over the problems of a grouped GEMM. The CUDA backend
+/// chooses its kernel and sizes its grid from them instead of reading the descriptors back
+/// (which would synchronise); it requires them. The host backend reads the descriptors
+/// directly and ignores them.
 struct grouped_gemm_bounds {
   index_t max_m = 0;
   index_t max_n = 0;

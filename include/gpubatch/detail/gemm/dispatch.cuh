@@ -68,6 +68,28 @@ void launch_slices(Kernel kernel, std::int64_t shared_bytes, cudaStream_t stream
   }
 }
 
+/// Launches a grouped batch's walking `kernel` (detail/gemm/tile_schedule.hpp): as many blocks
+/// as the GPU holds at once, fewer when the bounds allow fewer tiles. Sized from the device and
+/// the kernel's occupancy, never from the descriptors, so the call does not synchronise.
+template <class Policy, class Kernel, class Batch, class Compute, class Epilogue>
+void launch_walk(Kernel kernel, std::int64_t shared_bytes, cudaStream_t stream,
+                 const Batch& batch, Compute alpha, Compute beta, const Epilogue& epilogue) {
+  allow_shared_bytes(kernel, shared_bytes);
+  int device = 0;
+  GPUBATCH_CUDA_TRY(cudaGetDevice(&device));
+  int sms = 0;
+  GPUBATCH_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  int per_sm = 0;
+  GPUBATCH_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+      &per_sm, kernel, Policy::threads, static_cast<std::size_t>(shared_bytes)));
+  const index_t resident = index_t{sms} * std::max(per_sm, 1);
+  const index_t blocks = tile_schedule::walking_grid(batch.count, batch.bounds, Policy::tile_m,
+                                                     Policy::tile_n, resident);
+  kernel<<<static_cast<unsigned>(blocks), Policy::threads, static_cast<std::size_t>(shared_bytes),
+           stream>>>(batch, alpha, beta, epilogue);
+  GPUBATCH_CUDA_TRY(cudaGetLastError());
+}
+
 template <class Policy, class Batch, class Compute, class Epilogue>
 void launch_tiled(cudaStream_t stream, const Batch& batch, index_t max_m, index_t max_n,
                   Compute alpha, Compute beta, const Epilogue& epilogue) {
@@ -75,17 +97,28 @@ void launch_tiled(cudaStream_t stream, const Batch& batch, index_t max_m, index_
   static_assert(shared_bytes <= 227 * 1024,
                 "gpubatch::gemm_policy: the tile needs more shared memory than a block can have "
                 "(227 KiB on sm_90); use a smaller tile, fewer stages or fewer problems per block");
-  launch_slices<Policy>(tiled_gemm_kernel<Policy, Batch, Compute, Epilogue>, shared_bytes, stream,
-                        batch, max_m, max_n, alpha, beta, epilogue);
+  if constexpr (Batch::uniform) {
+    launch_slices<Policy>(tiled_gemm_kernel<Policy, Batch, Compute, Epilogue>, shared_bytes,
+                          stream, batch, max_m, max_n, alpha, beta, epilogue);
+  } else {
+    launch_walk<Policy>(grouped_tiled_gemm_kernel<Policy, Batch, Compute, Epilogue>,
+                        shared_bytes, stream, batch, alpha, beta, epilogue);
+  }
 }
 
 template <class Policy, class Batch, class Compute, class Epilogue>
 void launch_tensor_core(cudaStream_t stream, const Batch& batch, index_t max_m, index_t max_n,
                         Compute alpha, Compute beta, const Epilogue& epilogue) {
   using element = std::remove_const_t<std::remove_pointer_t<decltype(batch.problem(0).a.data)>>;
-  launch_slices<Policy>(tensor_core::tensor_core_gemm_kernel<Policy, Batch, Compute, Epilogue>,
-                        tensor_core::geometry<Policy, element>::shared_bytes, stream, batch, max_m,
-                        max_n, alpha, beta, epilogue);
+  constexpr std::int64_t shared_bytes = tensor_core::geometry<Policy, element>::shared_bytes;
+  if constexpr (Batch::uniform) {
+    launch_slices<Policy>(tensor_core::tensor_core_gemm_kernel<Policy, Batch, Compute, Epilogue>,
+                          shared_bytes, stream, batch, max_m, max_n, alpha, beta, epilogue);
+  } else {
+    launch_walk<Policy>(
+        tensor_core::grouped_tensor_core_gemm_kernel<Policy, Batch, Compute, Epilogue>,
+        shared_bytes, stream, batch, alpha, beta, epilogue);
+  }
 }
 
 /// Tiny problems: as many per block as the block's threads have output registers for and its
@@ -136,7 +169,7 @@ void launch_default(cudaStream_t stream, const Batch& batch, index_t max_m, inde
                              epilogue);
     return;
   }
-  // Grouped batches: blocks past a smaller problem's edge exit at once.
+  // Grouped batches: the tiled kernels walk the batch's tiles with a GPU-sized grid.
   const bool large = size == size_class::large;
   if constexpr (tensor_core::supported_v<Element>) {
     if (tensor_cores) {

@@ -8,6 +8,8 @@
 ///   accumulators per thread in registers fed by 16-byte shared-memory fragment reads, K steps
 ///   staged in shared memory with register-prefetched double buffering; operand tiles are
 ///   fetched with 16-byte vector loads where the operand allows it.
+/// - grouped_tiled_gemm_kernel: the same tile computation for grouped batches, each block of a
+///   GPU-sized grid walking the batch's tiles (detail/gemm/tile_schedule.hpp).
 ///
 /// Index math, edge predicates and the epilogue store are the shared __host__ __device__ code of
 /// detail/gemm/problem.hpp, the tiled kernel's tile loads that of detail/gemm/simt_tile.hpp and
@@ -16,6 +18,7 @@
 #pragma once
 
 #include <gpubatch/config.hpp>
+#include <gpubatch/detail/gemm/grouped_walk.cuh>
 #include <gpubatch/detail/gemm/problem.hpp>
 #include <gpubatch/detail/gemm/simt_tile.hpp>
 #include <gpubatch/detail/gemm/tiny_block.hpp>
@@ -144,12 +147,12 @@ GPUBATCH_DEVICE void tiled_mainloop(index_t k_tiles, const Compute* shared, simt
   }
 }
 
-/// One C tile of (TileM x TileN) per block: grid.x walks the tiles of a problem, grid.y the
-/// problems of this launch (starting at `first_problem`).
-template <class Policy, class Batch, class Compute, class Epilogue>
-GPUBATCH_KERNEL void __launch_bounds__(Policy::threads)
-    tiled_gemm_kernel(Batch batch, index_t first_problem, index_t tiles_n, Compute alpha,
-                      Compute beta, Epilogue epilogue) {
+/// The block computes the C tile of `problem` (problem `b` of the batch) at (tile_row,
+/// tile_col), which lies inside C.
+template <class Policy, class Instance, class Compute, class Epilogue>
+GPUBATCH_DEVICE void tiled_gemm_tile(const Instance& problem, index_t b, index_t tile_row,
+                                     index_t tile_col, Compute alpha, Compute beta,
+                                     const Epilogue& epilogue) {
   constexpr int BM = Policy::tile_m, BN = Policy::tile_n, BK = Policy::tile_k;
   constexpr int T = Policy::threads;
   static_assert(Policy::stages <= 2, "gpubatch: the SIMT GEMM kernel pipelines 1 or 2 stages");
@@ -160,14 +163,6 @@ GPUBATCH_KERNEL void __launch_bounds__(Policy::threads)
   extern __shared__ __align__(16) unsigned char tiled_shared[];
   Compute* const shared = reinterpret_cast<Compute*>(tiled_shared);
   constexpr int stage_elems = (BM + BN) * BK;
-
-  const index_t b = first_problem + blockIdx.y;
-  const auto problem = batch.problem(b);
-  const index_t tile_row = static_cast<index_t>(blockIdx.x / tiles_n) * BM;
-  const index_t tile_col = static_cast<index_t>(blockIdx.x % tiles_n) * BN;
-  if (tile_row >= problem.m || tile_col >= problem.n || problem.k <= 0) {
-    return;  // grouped batches: this problem is smaller than the grid's bounds (block-uniform)
-  }
 
   using TA = std::remove_const_t<std::remove_pointer_t<decltype(problem.a.data)>>;
   using TB = std::remove_const_t<std::remove_pointer_t<decltype(problem.b.data)>>;
@@ -207,6 +202,32 @@ GPUBATCH_KERNEL void __launch_bounds__(Policy::threads)
       }
     }
   }
+}
+
+/// Uniform batches: one C tile per block; grid.x walks the tiles of a problem, grid.y the
+/// problems of this launch (starting at `first_problem`).
+template <class Policy, class Batch, class Compute, class Epilogue>
+GPUBATCH_KERNEL void __launch_bounds__(Policy::threads)
+    tiled_gemm_kernel(Batch batch, index_t first_problem, index_t tiles_n, Compute alpha,
+                      Compute beta, Epilogue epilogue) {
+  const index_t b = first_problem + blockIdx.y;
+  const auto problem = batch.problem(b);
+  const index_t tile_row = static_cast<index_t>(blockIdx.x / tiles_n) * Policy::tile_m;
+  const index_t tile_col = static_cast<index_t>(blockIdx.x % tiles_n) * Policy::tile_n;
+  if (tile_row < problem.m && tile_col < problem.n && problem.k > 0) {
+    tiled_gemm_tile<Policy>(problem, b, tile_row, tile_col, alpha, beta, epilogue);
+  }
+}
+
+/// Grouped batches: a grid of resident blocks, each walking the batch's C tiles
+/// (detail/gemm/tile_schedule.hpp), so problems smaller than the bounds cost no blocks.
+template <class Policy, class Batch, class Compute, class Epilogue>
+GPUBATCH_KERNEL void __launch_bounds__(Policy::threads)
+    grouped_tiled_gemm_kernel(Batch batch, Compute alpha, Compute beta, Epilogue epilogue) {
+  tile_schedule::walk_grouped_tiles<Policy::threads, Policy::tile_m, Policy::tile_n>(
+      batch, [&](const auto& problem, index_t b, index_t tile_row, index_t tile_col) {
+        tiled_gemm_tile<Policy>(problem, b, tile_row, tile_col, alpha, beta, epilogue);
+      });
 }
 
 }  // namespace gpubatch::detail::cuda_gemm

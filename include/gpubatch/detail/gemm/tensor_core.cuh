@@ -10,6 +10,7 @@
 #pragma once
 
 #include <gpubatch/config.hpp>
+#include <gpubatch/detail/gemm/grouped_walk.cuh>
 #include <gpubatch/detail/gemm/problem.hpp>
 #include <gpubatch/detail/gemm/tensor_core.hpp>
 
@@ -181,27 +182,15 @@ GPUBATCH_DEVICE void for_each_output(const Accumulator* c_tile, index_t tile_row
   }
 }
 
-#endif  // !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
-
-/// One C tile per block: grid.x walks the tiles of a problem, grid.y the problems of this
-/// launch (from `first_problem`). Operands are staged through the tensor-core main loop; the
+/// The block computes the C tile of `problem` (problem `b` of the batch) at (tile_row,
+/// tile_col), which lies inside C. Operands are staged through the tensor-core main loop; the
 /// epilogue is the same store_output every GEMM kernel uses.
-template <class Policy, class Batch, class Compute, class Epilogue>
-GPUBATCH_KERNEL void __launch_bounds__(Policy::threads)
-    tensor_core_gemm_kernel(Batch batch, index_t first_problem, index_t tiles_n, Compute alpha,
-                            Compute beta, Epilogue epilogue) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
-  __trap();  // dispatch never launches it below sm_80
-#else
-  const index_t b = first_problem + blockIdx.y;
-  const auto problem = batch.problem(b);
+template <class Policy, class Instance, class Compute, class Epilogue>
+GPUBATCH_DEVICE void tensor_core_tile(const Instance& problem, index_t b, index_t tile_row,
+                                      index_t tile_col, Compute alpha, Compute beta,
+                                      const Epilogue& epilogue) {
   using element = std::remove_const_t<std::remove_pointer_t<decltype(problem.a.data)>>;
   using G = geometry<Policy, element>;
-  const index_t tile_row = static_cast<index_t>(blockIdx.x / tiles_n) * G::bm;
-  const index_t tile_col = static_cast<index_t>(blockIdx.x % tiles_n) * G::bn;
-  if (tile_row >= problem.m || tile_col >= problem.n || problem.k <= 0) {
-    return;  // grouped batches: this problem is smaller than the grid's bounds (block-uniform)
-  }
   extern __shared__ __align__(128) unsigned char tensor_core_shared[];
   const auto* const c_tile = mainloop<G>(a_source(problem), b_source(problem), problem.k,
                                          tile_row, tile_col, tensor_core_shared);
@@ -211,6 +200,45 @@ GPUBATCH_KERNEL void __launch_bounds__(Policy::threads)
                        store_output(problem.c(row, col), static_cast<Compute>(value), alpha, beta,
                                     epilogue, b, row, col);
                      });
+}
+
+#endif  // !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+
+/// Uniform batches: one C tile per block; grid.x walks the tiles of a problem, grid.y the
+/// problems of this launch (from `first_problem`).
+template <class Policy, class Batch, class Compute, class Epilogue>
+GPUBATCH_KERNEL void __launch_bounds__(Policy::threads)
+    tensor_core_gemm_kernel(Batch batch, index_t first_problem, index_t tiles_n, Compute alpha,
+                            Compute beta, Epilogue epilogue) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+  __trap();  // dispatch never launches it below sm_80
+#else
+  const index_t b = first_problem + blockIdx.y;
+  const auto problem = batch.problem(b);
+  const index_t tile_row = static_cast<index_t>(blockIdx.x / tiles_n) * Policy::tile_m;
+  const index_t tile_col = static_cast<index_t>(blockIdx.x % tiles_n) * Policy::tile_n;
+  if (tile_row < problem.m && tile_col < problem.n && problem.k > 0) {
+    tensor_core_tile<Policy>(problem, b, tile_row, tile_col, alpha, beta, epilogue);
+  }
+#endif
+}
+
+/// Grouped batches: a grid of resident blocks, each walking the batch's C tiles
+/// (detail/gemm/tile_schedule.hpp), so problems smaller than the bounds cost no blocks. Held to
+/// 128 registers per thread: left free, the walk's tile placement and descriptor (per-thread
+/// values where the one-tile kernel's come from blockIdx and uniform registers) took the f16
+/// 128 x 128 tile from 126 to 164 registers and from two blocks per SM to one.
+template <class Policy, class Batch, class Compute, class Epilogue>
+GPUBATCH_KERNEL void __launch_bounds__(Policy::threads,
+                                       tile_schedule::blocks_at_128_registers(Policy::threads))
+    grouped_tensor_core_gemm_kernel(Batch batch, Compute alpha, Compute beta, Epilogue epilogue) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+  __trap();  // dispatch never launches it below sm_80
+#else
+  tile_schedule::walk_grouped_tiles<Policy::threads, Policy::tile_m, Policy::tile_n>(
+      batch, [&](const auto& problem, index_t b, index_t tile_row, index_t tile_col) {
+        tensor_core_tile<Policy>(problem, b, tile_row, tile_col, alpha, beta, epilogue);
+      });
 #endif
 }
 
