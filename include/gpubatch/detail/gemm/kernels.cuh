@@ -18,9 +18,9 @@
 #pragma once
 
 #include <gpubatch/config.hpp>
-#include <gpubatch/detail/gemm/grouped_walk.cuh>
 #include <gpubatch/detail/gemm/problem.hpp>
 #include <gpubatch/detail/gemm/simt_tile.hpp>
+#include <gpubatch/detail/gemm/tile_schedule.cuh>
 #include <gpubatch/detail/gemm/tiny_block.hpp>
 #include <gpubatch/detail/gemm/warp_tiling.hpp>
 
@@ -210,13 +210,11 @@ template <class Policy, class Batch, class Compute, class Epilogue>
 GPUBATCH_KERNEL void __launch_bounds__(Policy::threads)
     tiled_gemm_kernel(Batch batch, index_t first_problem, index_t tiles_n, Compute alpha,
                       Compute beta, Epilogue epilogue) {
-  const index_t b = first_problem + blockIdx.y;
-  const auto problem = batch.problem(b);
-  const index_t tile_row = static_cast<index_t>(blockIdx.x / tiles_n) * Policy::tile_m;
-  const index_t tile_col = static_cast<index_t>(blockIdx.x % tiles_n) * Policy::tile_n;
-  if (tile_row < problem.m && tile_col < problem.n && problem.k > 0) {
-    tiled_gemm_tile<Policy>(problem, b, tile_row, tile_col, alpha, beta, epilogue);
-  }
+  tile_schedule::block_tile<Policy::tile_m, Policy::tile_n>(
+      batch, first_problem, tiles_n,
+      [&](const auto& problem, index_t b, index_t tile_row, index_t tile_col) {
+        tiled_gemm_tile<Policy>(problem, b, tile_row, tile_col, alpha, beta, epilogue);
+      });
 }
 
 /// Grouped batches: a grid of resident blocks, each walking the batch's C tiles

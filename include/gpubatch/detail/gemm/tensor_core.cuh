@@ -10,9 +10,9 @@
 #pragma once
 
 #include <gpubatch/config.hpp>
-#include <gpubatch/detail/gemm/grouped_walk.cuh>
 #include <gpubatch/detail/gemm/problem.hpp>
 #include <gpubatch/detail/gemm/tensor_core.hpp>
+#include <gpubatch/detail/gemm/tile_schedule.cuh>
 
 #include <cuda_pipeline_primitives.h>
 #include <mma.h>
@@ -213,13 +213,11 @@ GPUBATCH_KERNEL void __launch_bounds__(Policy::threads)
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
   __trap();  // dispatch never launches it below sm_80
 #else
-  const index_t b = first_problem + blockIdx.y;
-  const auto problem = batch.problem(b);
-  const index_t tile_row = static_cast<index_t>(blockIdx.x / tiles_n) * Policy::tile_m;
-  const index_t tile_col = static_cast<index_t>(blockIdx.x % tiles_n) * Policy::tile_n;
-  if (tile_row < problem.m && tile_col < problem.n && problem.k > 0) {
-    tensor_core_tile<Policy>(problem, b, tile_row, tile_col, alpha, beta, epilogue);
-  }
+  tile_schedule::block_tile<Policy::tile_m, Policy::tile_n>(
+      batch, first_problem, tiles_n,
+      [&](const auto& problem, index_t b, index_t tile_row, index_t tile_col) {
+        tensor_core_tile<Policy>(problem, b, tile_row, tile_col, alpha, beta, epilogue);
+      });
 #endif
 }
 

@@ -1,7 +1,8 @@
-/// @file detail/gemm/grouped_walk.cuh
-/// @brief The device side of detail/gemm/tile_schedule.hpp: one block's walk over the C tiles of
-/// a grouped batch, the window of tile counts loaded and summed with a CUB block scan. Included
-/// only by translation units compiled by nvcc.
+/// @file detail/gemm/tile_schedule.cuh
+/// @brief The device side of detail/gemm/tile_schedule.hpp: which C tiles a block of a tiled GEMM
+/// kernel computes. One tile per block for uniform batches; for grouped ones, a walk over the
+/// batch's tiles with the window of tile counts summed by a CUB block scan. Included only by
+/// translation units compiled by nvcc.
 #pragma once
 
 #include <gpubatch/config.hpp>
@@ -11,6 +12,21 @@
 #include <cub/block/block_scan.cuh>
 
 namespace gpubatch::detail::tile_schedule {
+
+/// Calls tile(problem_instance, problem_index, tile_row, tile_col) for the C tile this block owns
+/// in a one-tile-per-block launch (grid.x: the tiles of a problem, `tiles_n` per row of tiles;
+/// grid.y: the problems from `first_problem`), if the tile lies inside its problem.
+template <int TileM, int TileN, class Batch, class Tile>
+GPUBATCH_DEVICE void block_tile(const Batch& batch, index_t first_problem, index_t tiles_n,
+                                Tile&& tile) {
+  const index_t b = first_problem + blockIdx.y;
+  const auto problem = batch.problem(b);
+  const index_t tile_row = static_cast<index_t>(blockIdx.x / tiles_n) * TileM;
+  const index_t tile_col = static_cast<index_t>(blockIdx.x % tiles_n) * TileN;
+  if (tile_row < problem.m && tile_col < problem.n && problem.k > 0) {
+    tile(problem, b, tile_row, tile_col);
+  }
+}
 
 /// Calls tile(problem_instance, problem_index, tile_row, tile_col) for every C tile of `batch`
 /// (a grouped batch; (TileM x TileN) tiles) this block is dealt, then waits for the whole block,
