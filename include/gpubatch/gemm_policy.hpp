@@ -20,8 +20,10 @@ namespace gpubatch {
 /// @tparam Warps warps per thread block
 /// @tparam Stages shared-memory pipeline stages (1 = no prefetch, 2 = double buffering, ...)
 /// @tparam ProblemsPerBlock problems one block computes (several tiny problems per block)
-/// @tparam MaxBlocksPerLaunch upper bound on the problem groups of one launch; larger batches
-///         are split across launches on the same stream
+/// @tparam MaxBlocksPerLaunch upper bound on the problems of one tiled-kernel launch for a
+///         uniform GEMM batch (strided or pointer-array) or a convolution; larger batches are
+///         split across launches on the same stream. Tiny problems, and grouped batches (whose
+///         tiles a grid of resident blocks walks), always take one launch.
 template <int TileM, int TileN, int TileK, int Warps, int Stages, int ProblemsPerBlock = 1,
           std::int64_t MaxBlocksPerLaunch = 65535>
 struct gemm_policy {
