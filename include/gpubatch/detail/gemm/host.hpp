@@ -728,7 +728,7 @@ bool try_square_run(const Batch& batch, index_t first, index_t last, Compute alp
       case 8: run(std::integral_constant<int, 8>{}); break;
       case 16: run(std::integral_constant<int, 16>{}); break;
       case 32: run(std::integral_constant<int, 32>{}); break;
-      default: run(std::integral_constant<int, 64>{}); break;
+      default: run(std::integral_constant<int, 64>{}); break;  // the one size left
     }
     return true;
   } else {
