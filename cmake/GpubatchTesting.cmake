@@ -52,3 +52,14 @@ function(gpubatch_add_gpu_test target)
   target_link_libraries(${target} PRIVATE gpubatch::gpubatch Catch2::Catch2 gpubatch_dev_options)
   _gpubatch_register(${target} PROPERTIES LABELS gpu SKIP_RETURN_CODE ${GPUBATCH_SKIP_RETURN_CODE})
 endfunction()
+
+# A CUDA test body: a gpu test when nvcc is found, and the same body on the emulated device
+# (<target>_emulated) when GPUBATCH_EMULATION is on.
+function(gpubatch_add_cuda_test target source)
+  if(GPUBATCH_HAS_CUDA_COMPILER)
+    gpubatch_add_gpu_test(${target} ${source})
+  endif()
+  if(GPUBATCH_EMULATION)
+    gpubatch_add_emulated_test(${target}_emulated ${source} ${ARGN})
+  endif()
+endfunction()

@@ -14,6 +14,7 @@
 #include <gpubatch/gemm.hpp>
 #include <gpubatch/gemm_policy.hpp>
 #include <gpubatch/gemm_problem.hpp>
+#include <gpubatch/launch.hpp>
 #include <gpubatch/memory_space.hpp>
 #include <gpubatch/numeric.hpp>
 #include <gpubatch/pinned_pool.hpp>

@@ -47,7 +47,8 @@ TEST_CASE("pipeline fault: a CUDA launch error stops the run at its chunk", "[pi
     gpubatch::test::within(gpubatch::test::wait_limit, [&] {
       return p.run(input, output, [](gpubatch::cuda_exec exec, const auto& c) {
         if (c.index == 2) {
-          never_runs<<<1, 4096, 0, exec.stream()>>>();  // too many threads: a launch error
+          // Too many threads: a launch error.
+          gpubatch::launch(never_runs, gpubatch::launch_config{1, 4096, 0, exec.stream()});
           return;
         }
         gpubatch::test::transform_items{1, 1}(exec, c);

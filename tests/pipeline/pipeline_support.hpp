@@ -34,7 +34,7 @@ inline std::vector<out_t> expected_output(const std::vector<in_t>& input, std::s
   return out;
 }
 
-#if defined(__CUDACC__)
+#if GPUBATCH_CUDA_COMPILER
 __global__ void transform_items_kernel(const in_t* in, out_t* out, in_t* workspace,
                                        std::size_t items, std::size_t in_per_item,
                                        std::size_t out_per_item, std::size_t first_item) {
@@ -62,12 +62,12 @@ struct transform_items {
   void operator()(Exec exec, const pipeline_chunk<in_t, out_t>& c) const {
     auto* workspace = c.workspace.empty() ? nullptr : reinterpret_cast<in_t*>(c.workspace.data());
     if constexpr (is_cuda_exec_v<Exec>) {
-#if defined(__CUDACC__)
+#if GPUBATCH_CUDA_COMPILER
       const std::size_t total = c.items * out_per_item;
       const unsigned blocks = static_cast<unsigned>((total + 255) / 256);
-      transform_items_kernel<<<blocks, 256, 0, exec.stream()>>>(
-          c.input.data(), c.output.data(), workspace, c.items, in_per_item, out_per_item,
-          c.first_item);
+      gpubatch::launch(transform_items_kernel, gpubatch::launch_config{blocks, 256, 0, exec.stream()},
+                       c.input.data(), c.output.data(), workspace, c.items, in_per_item,
+                       out_per_item, c.first_item);
 #endif
     } else {
       (void)exec;

@@ -13,6 +13,7 @@
 #include <gpubatch/detail/gemm/dispatch.cuh>
 #include <gpubatch/detail/gemm/problem.hpp>
 #include <gpubatch/error.hpp>
+#include <gpubatch/launch.hpp>
 #include <gpubatch/numeric.hpp>
 
 #include <cuda_runtime_api.h>
@@ -177,8 +178,9 @@ void launch_implicit(cudaStream_t stream, const Batch& batch, index_t max_m, ind
     for (index_t l = 0; l < launches; ++l) {
       const launch_slice slice = slice_of_launch(count, Policy::max_blocks_per_launch, l);
       const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(slice.count));
-      kernel<<<grid, Policy::threads, static_cast<std::size_t>(shared_bytes), stream>>>(
-          batch, slice.first, tiles_n, alpha, beta, epilogue);
+      launch(kernel,
+             launch_config{grid, Policy::threads, static_cast<std::size_t>(shared_bytes), stream},
+             batch, slice.first, tiles_n, alpha, beta, epilogue);
       GPUBATCH_CUDA_TRY(cudaGetLastError());
     }
   } else {
@@ -194,16 +196,18 @@ void launch_implicit(cudaStream_t stream, const Batch& batch, index_t max_m, ind
       const launch_slice slice = slice_of_launch(count, Policy::max_blocks_per_launch, l);
       const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(slice.count),
                       static_cast<unsigned>(split.count));
-      kernel<<<grid, Policy::threads, static_cast<std::size_t>(shared_bytes), stream>>>(
-          batch, slice.first, tiles_n, split, alpha, beta, epilogue);
+      launch(kernel,
+             launch_config{grid, Policy::threads, static_cast<std::size_t>(shared_bytes), stream},
+             batch, slice.first, tiles_n, split, alpha, beta, epilogue);
       GPUBATCH_CUDA_TRY(cudaGetLastError());
     }
     if (split.count > 1) {
       constexpr int threads = 256;
       const index_t total = split.problems * max_m * max_n;
       const index_t blocks = std::min<index_t>(ceil_div(total, threads), index_t{1} << 20);
-      split_k_reduce_kernel<threads><<<static_cast<unsigned>(blocks), threads, 0, stream>>>(
-          batch, split, max_m, max_n, alpha, beta, epilogue);
+      launch(split_k_reduce_kernel<threads, Batch, Compute, Epilogue>,
+             launch_config{static_cast<unsigned>(blocks), threads, 0, stream}, batch, split, max_m,
+             max_n, alpha, beta, epilogue);
       GPUBATCH_CUDA_TRY(cudaGetLastError());
     }
   }
@@ -215,8 +219,9 @@ void launch_depthwise(cudaStream_t stream, const conv::fprop_batch<TX, TW, TY>& 
   constexpr int threads = 256;
   const index_t total = batch.geo.n * batch.geo.k * batch.geo.pixels();
   const index_t blocks = std::min<index_t>(ceil_div(total, threads), index_t{1} << 20);
-  depthwise_kernel<threads><<<static_cast<unsigned>(blocks), threads, 0, stream>>>(
-      batch, alpha, beta, epilogue);
+  launch(depthwise_kernel<threads, TX, TW, TY, Compute, Epilogue>,
+         launch_config{static_cast<unsigned>(blocks), threads, 0, stream}, batch, alpha, beta,
+         epilogue);
   GPUBATCH_CUDA_TRY(cudaGetLastError());
 }
 

@@ -60,7 +60,7 @@ GPUBATCH_KERNEL void __launch_bounds__(Policy::threads)
   constexpr int b_per_thread = BK * BN / T;
   constexpr int stage_elems = (BM + BN) * BK;
 
-  extern __shared__ __align__(16) unsigned char conv_shared[];
+  GPUBATCH_DYNAMIC_SHARED(unsigned char, conv_shared, 16);
   Compute* const shared = reinterpret_cast<Compute*>(conv_shared);
 
   const index_t index = first_problem + blockIdx.y;
@@ -152,7 +152,7 @@ template <class Policy, class Batch, class Compute, class Epilogue>
 GPUBATCH_KERNEL void __launch_bounds__(Policy::threads)
     tensor_core_conv_kernel(Batch batch, index_t first_problem, index_t tiles_n, Compute alpha,
                             Compute beta, Epilogue epilogue) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+#if GPUBATCH_DEVICE_CODE && GPUBATCH_DEVICE_ARCH < 800
   __trap();  // dispatch never launches it below sm_80
 #else
   const index_t index = first_problem + blockIdx.y;
@@ -167,7 +167,7 @@ GPUBATCH_KERNEL void __launch_bounds__(Policy::threads)
   if (tile_row >= m || tile_col >= n || k <= 0) {
     return;  // a problem smaller than the grid's bounds, or an empty group (block-uniform)
   }
-  extern __shared__ __align__(128) unsigned char tensor_core_conv_shared[];
+  GPUBATCH_DYNAMIC_SHARED(unsigned char, tensor_core_conv_shared, 128);
   // Forward propagation's B is the filter memory read as is: n filters of k elements.
   const auto a = tensor_core::gather_source<mapping, const TX>::make(g, G::vector);
   const auto b = tensor_core::matrix_source<TW>::make(g.b(0, 0), n, k, k, 1);

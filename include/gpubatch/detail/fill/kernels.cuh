@@ -4,6 +4,7 @@
 
 #include <gpubatch/config.hpp>
 #include <gpubatch/error.hpp>
+#include <gpubatch/launch.hpp>
 
 #include <cuda_runtime_api.h>
 
@@ -29,7 +30,7 @@ void launch_fill(T* first, std::size_t count, const T& value, cudaStream_t strea
   // A grid-stride loop: enough blocks to fill the machine, never more than the work needs.
   const std::size_t blocks_needed = (count + threads - 1) / threads;
   const auto blocks = static_cast<unsigned>(std::min<std::size_t>(blocks_needed, 65535));
-  fill_kernel<<<blocks, threads, 0, stream>>>(first, count, value);
+  launch(fill_kernel<T>, launch_config{blocks, threads, 0, stream}, first, count, value);
   GPUBATCH_CUDA_TRY(cudaGetLastError());
 }
 

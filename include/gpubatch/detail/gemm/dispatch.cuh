@@ -11,6 +11,7 @@
 #include <gpubatch/error.hpp>
 #include <gpubatch/gemm_policy.hpp>
 #include <gpubatch/gemm_problem.hpp>
+#include <gpubatch/launch.hpp>
 
 #include <cuda_runtime_api.h>
 
@@ -62,8 +63,8 @@ void launch_slices(Kernel kernel, std::int64_t shared_bytes, cudaStream_t stream
   for (index_t l = 0; l < launches; ++l) {
     const launch_slice slice = slice_of_launch(batch.count, Policy::max_blocks_per_launch, l);
     const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(slice.count));
-    kernel<<<grid, Policy::threads, static_cast<std::size_t>(shared_bytes), stream>>>(
-        batch, slice.first, tiles_n, alpha, beta, epilogue);
+    launch(kernel, launch_config{grid, Policy::threads, static_cast<std::size_t>(shared_bytes), stream},
+           batch, slice.first, tiles_n, alpha, beta, epilogue);
     GPUBATCH_CUDA_TRY(cudaGetLastError());
   }
 }
@@ -85,8 +86,10 @@ void launch_walk(Kernel kernel, std::int64_t shared_bytes, cudaStream_t stream,
   const index_t resident = index_t{sms} * std::max(per_sm, 1);
   const index_t blocks = tile_schedule::walking_grid(batch.count, batch.bounds, Policy::tile_m,
                                                      Policy::tile_n, resident);
-  kernel<<<static_cast<unsigned>(blocks), Policy::threads, static_cast<std::size_t>(shared_bytes),
-           stream>>>(batch, alpha, beta, epilogue);
+  launch(kernel,
+         launch_config{static_cast<unsigned>(blocks), Policy::threads,
+                       static_cast<std::size_t>(shared_bytes), stream},
+         batch, alpha, beta, epilogue);
   GPUBATCH_CUDA_TRY(cudaGetLastError());
 }
 
@@ -139,10 +142,11 @@ void launch_tiny(cudaStream_t stream, const Batch& batch, const tiny::block_boun
   const index_t blocks = ceil_div(batch.count, ppb);
   const auto shared_bytes = static_cast<std::size_t>(ppb * (bounds.max_m + bounds.max_n) * k_chunk *
                                                      static_cast<index_t>(sizeof(Compute)));
-  tiny_gemm_kernel<threads, outputs_per_thread, Policy::problems_per_block>
-      <<<static_cast<unsigned>(blocks), threads, shared_bytes, stream>>>(
-          batch, tiny_shape{static_cast<int>(ppb), static_cast<int>(k_chunk), bounds}, alpha,
-          beta, epilogue);
+  launch(tiny_gemm_kernel<threads, outputs_per_thread, Policy::problems_per_block, Batch, Compute,
+                          Epilogue>,
+         launch_config{static_cast<unsigned>(blocks), threads, shared_bytes, stream}, batch,
+         tiny_shape{static_cast<int>(ppb), static_cast<int>(k_chunk), bounds}, alpha, beta,
+         epilogue);
   GPUBATCH_CUDA_TRY(cudaGetLastError());
 }
 

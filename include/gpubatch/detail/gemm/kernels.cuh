@@ -49,7 +49,7 @@ GPUBATCH_KERNEL void __launch_bounds__(Threads)
     tiny_gemm_kernel(Batch batch, tiny_shape shape, Compute alpha, Compute beta, Epilogue epilogue) {
   using instance = std::remove_cv_t<decltype(batch.problem(0))>;
   __shared__ tiny::block_table<instance, MaxProblems> table;
-  extern __shared__ __align__(16) unsigned char tiny_shared[];
+  GPUBATCH_DYNAMIC_SHARED(unsigned char, tiny_shared, 16);
   const int ppb = shape.problems_per_block;
   const index_t kc = shape.k_chunk;
   const index_t first = static_cast<index_t>(blockIdx.x) * ppb;
@@ -160,7 +160,7 @@ GPUBATCH_DEVICE void tiled_gemm_tile(const Instance& problem, index_t b, index_t
                 "gpubatch: the policy's A and B tiles must divide evenly among its threads");
   using tiling = policy_tiling<Policy, Compute>;
 
-  extern __shared__ __align__(16) unsigned char tiled_shared[];
+  GPUBATCH_DYNAMIC_SHARED(unsigned char, tiled_shared, 16);
   Compute* const shared = reinterpret_cast<Compute*>(tiled_shared);
   constexpr int stage_elems = (BM + BN) * BK;
 

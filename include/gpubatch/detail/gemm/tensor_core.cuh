@@ -26,7 +26,7 @@ namespace gpubatch::detail::tensor_core {
 
 // The warp-MMA types (TF32 and bf16 above all) exist only from sm_80 on: device passes for
 // older architectures see none of this, and the kernels compile to a trap there.
-#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+#if !GPUBATCH_DEVICE_CODE || GPUBATCH_DEVICE_ARCH >= 800
 
 /// The wmma fragment types for element type T: A row-major and B column-major (both K-major in
 /// shared memory), accumulator in f32 (int32 for int8).
@@ -191,7 +191,7 @@ GPUBATCH_DEVICE void tensor_core_tile(const Instance& problem, index_t b, index_
                                       const Epilogue& epilogue) {
   using element = std::remove_const_t<std::remove_pointer_t<decltype(problem.a.data)>>;
   using G = geometry<Policy, element>;
-  extern __shared__ __align__(128) unsigned char tensor_core_shared[];
+  GPUBATCH_DYNAMIC_SHARED(unsigned char, tensor_core_shared, 128);
   const auto* const c_tile = mainloop<G>(a_source(problem), b_source(problem), problem.k,
                                          tile_row, tile_col, tensor_core_shared);
 
@@ -202,7 +202,7 @@ GPUBATCH_DEVICE void tensor_core_tile(const Instance& problem, index_t b, index_
                      });
 }
 
-#endif  // !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+#endif  // !GPUBATCH_DEVICE_CODE || GPUBATCH_DEVICE_ARCH >= 800
 
 /// Uniform batches: one C tile per block; grid.x walks the tiles of a problem, grid.y the
 /// problems of this launch (from `first_problem`).
@@ -210,7 +210,7 @@ template <class Policy, class Batch, class Compute, class Epilogue>
 GPUBATCH_KERNEL void __launch_bounds__(Policy::threads)
     tensor_core_gemm_kernel(Batch batch, index_t first_problem, index_t tiles_n, Compute alpha,
                             Compute beta, Epilogue epilogue) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+#if GPUBATCH_DEVICE_CODE && GPUBATCH_DEVICE_ARCH < 800
   __trap();  // dispatch never launches it below sm_80
 #else
   tile_schedule::block_tile<Policy::tile_m, Policy::tile_n>(
@@ -230,7 +230,7 @@ template <class Policy, class Batch, class Compute, class Epilogue>
 GPUBATCH_KERNEL void __launch_bounds__(Policy::threads,
                                        tile_schedule::blocks_at_128_registers(Policy::threads))
     grouped_tensor_core_gemm_kernel(Batch batch, Compute alpha, Compute beta, Epilogue epilogue) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+#if GPUBATCH_DEVICE_CODE && GPUBATCH_DEVICE_ARCH < 800
   __trap();  // dispatch never launches it below sm_80
 #else
   tile_schedule::walk_grouped_tiles<Policy::threads, Policy::tile_m, Policy::tile_n>(

@@ -1,15 +1,15 @@
 /// @file detail/gemm/tile_schedule.cuh
 /// @brief The device side of detail/gemm/tile_schedule.hpp: which C tiles a block of a tiled GEMM
 /// kernel computes. One tile per block for uniform batches; for grouped ones, a walk over the
-/// batch's tiles with the window of tile counts summed by a CUB block scan. Included only by
-/// translation units compiled by nvcc.
+/// batch's tiles with the window of tile counts summed by a block scan (detail/block_scan.cuh).
+/// Included only by CUDA translation units.
 #pragma once
 
 #include <gpubatch/config.hpp>
+#include <gpubatch/detail/block_scan.cuh>
 #include <gpubatch/detail/gemm/problem.hpp>
 #include <gpubatch/detail/gemm/tile_schedule.hpp>
 
-#include <cub/block/block_scan.cuh>
 
 namespace gpubatch::detail::tile_schedule {
 
@@ -33,8 +33,8 @@ GPUBATCH_DEVICE void block_tile(const Batch& batch, index_t first_problem, index
 /// as the next tile reuses shared memory. Threads threads, one problem each per window.
 template <int Threads, int TileM, int TileN, class Batch, class Tile>
 GPUBATCH_DEVICE void walk_grouped_tiles(const Batch& batch, Tile&& tile) {
-  using block_scan = cub::BlockScan<index_t, Threads>;
-  __shared__ typename block_scan::TempStorage scan_storage;
+  using block_scan = block_inclusive_sum<index_t, Threads>;
+  __shared__ typename block_scan::storage scan_storage;
   __shared__ index_t ends[Threads];
   const auto load = [&](index_t first, index_t* window_ends) {
     __syncthreads();  // every thread has finished reading the previous window
@@ -45,7 +45,7 @@ GPUBATCH_DEVICE void walk_grouped_tiles(const Batch& batch, Tile&& tile) {
       tiles = tiles_of(q.m, q.n, q.k, batch.bounds, TileM, TileN);
     }
     index_t inclusive = 0, total = 0;
-    block_scan(scan_storage).InclusiveSum(tiles, inclusive, total);
+    block_scan::run(scan_storage, tiles, inclusive, total);
     window_ends[threadIdx.x] = inclusive;
     __syncthreads();
     return total;

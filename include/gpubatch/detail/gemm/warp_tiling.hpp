@@ -103,7 +103,7 @@ struct warp_tiling {
 /// (src is Width-element aligned, which warp_tiling guarantees for shared-memory fragments).
 template <int Width, class T>
 GPUBATCH_HOST_DEVICE void read_piece(const T* src, T* dst) {
-#if defined(__CUDA_ARCH__)
+#if GPUBATCH_DEVICE_CODE
   struct alignas(sizeof(T) * Width) piece {
     T v[Width];
   };

@@ -1,0 +1,54 @@
+# The emulated CUDA device: builds gpubatch's CUDA test bodies (*_cuda_test.cu) with the host
+# compiler against tests/support/emulation, so the library's real dispatch and kernel code runs
+# on a machine without a GPU. Test infrastructure only: never installed, never linked by users.
+include_guard(GLOBAL)
+
+find_package(Threads REQUIRED)
+set(GPUBATCH_EMULATION_DIR "${CMAKE_CURRENT_LIST_DIR}")
+
+# The runtime (streams, memory, fibers, the block executor) is built without sanitizer
+# instrumentation: sanitized tests see their own accesses, and the runtime's bookkeeping between
+# fibers is not a data race of the code under test. It tells the sanitizers about stack switches
+# and barriers through their interfaces.
+add_library(gpubatch_emulation STATIC
+  "${GPUBATCH_EMULATION_DIR}/src/device.cpp"
+  "${GPUBATCH_EMULATION_DIR}/src/fiber.cpp"
+  "${GPUBATCH_EMULATION_DIR}/src/runtime.cpp")
+target_include_directories(gpubatch_emulation
+  PUBLIC "${GPUBATCH_EMULATION_DIR}/include"
+         "$<TARGET_PROPERTY:gpubatch,INTERFACE_INCLUDE_DIRECTORIES>"
+         ${CUDAToolkit_INCLUDE_DIRS})
+target_compile_features(gpubatch_emulation PUBLIC cxx_std_17)
+target_compile_options(gpubatch_emulation PRIVATE -O2 -g -Wall -Wextra)
+target_link_libraries(gpubatch_emulation PUBLIC Threads::Threads ${CMAKE_DL_LIBS})
+if(OpenMP_CXX_FOUND)
+  target_link_libraries(gpubatch_emulation PUBLIC OpenMP::OpenMP_CXX)
+endif()
+
+# gpubatch_add_emulated_test(<target> <file.cu> [DEVICES <list>] [ARCH <sm>])
+# Compiles <file.cu> as C++ for the emulated device and registers its test cases with the label
+# "emulated". DEVICES names the emulated devices (GPUBATCH_EMULATED_DEVICES, default h100);
+# ARCH the architecture the kernels count as compiled for (default 90).
+function(gpubatch_add_emulated_test target source)
+  cmake_parse_arguments(ARG "" "DEVICES;ARCH" "" ${ARGN})
+  get_filename_component(source "${source}" ABSOLUTE)
+  set(wrapper "${CMAKE_CURRENT_BINARY_DIR}/emulated/${target}.cpp")
+  file(GENERATE OUTPUT "${wrapper}" CONTENT "#include \"${source}\"\n")
+  add_executable(${target} "${wrapper}" "${PROJECT_SOURCE_DIR}/tests/support/gpu_main.cpp"
+                 $<TARGET_OBJECTS:gpubatch_catch_impl>)
+  # The emulation headers (mma.h, cuda_pipeline_primitives.h) come before the toolkit's.
+  target_include_directories(${target} BEFORE PRIVATE "${GPUBATCH_EMULATION_DIR}/include")
+  target_compile_options(${target} PRIVATE
+    -include gpubatch_emulation/device.hpp
+    # #pragma unroll is nvcc's; the host compiler ignores it.
+    -Wno-unknown-pragmas)
+  if(ARG_ARCH)
+    target_compile_definitions(${target} PRIVATE GPUBATCH_EMULATION_ARCH=${ARG_ARCH})
+  endif()
+  target_link_libraries(${target} PRIVATE gpubatch_emulation Catch2::Catch2 gpubatch_dev_options)
+  set(properties LABELS emulated)
+  if(ARG_DEVICES)
+    list(APPEND properties ENVIRONMENT "GPUBATCH_EMULATED_DEVICES=${ARG_DEVICES}")
+  endif()
+  _gpubatch_register(${target} PROPERTIES ${properties})
+endfunction()
