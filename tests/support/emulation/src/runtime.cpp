@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -91,6 +92,11 @@ struct stream_state;
 struct op {
   std::function<void()> run;
   std::vector<std::pair<stream_state*, std::uint64_t>> after;  // (stream, work) to finish first
+  // Host functions run on a thread of their own, as CUDA runs them: one may block until the
+  // host does something, and the host may poll meanwhile.
+  bool host_function = false;
+  std::shared_ptr<std::thread> worker;
+  std::shared_ptr<std::atomic<bool>> finished;
 };
 
 struct stream_state {
@@ -291,22 +297,50 @@ stream_state* resolve(cudaStream_t s) {
   return reinterpret_cast<stream_state*>(s);
 }
 
-void run_until(stream_state* s, std::uint64_t work);
+bool step(stream_state* s, bool wait);
 
-void run_one(stream_state* s) {
-  op o = std::move(s->pending.front());
-  s->pending.pop_front();
-  for (const auto& [other, work] : o.after) run_until(other, work);
-  if (rt().sticky == cudaSuccess) {
-    device_access access;
-    o.run();
+// Runs `s` until its work count reaches `work`; without `wait`, stops instead of blocking on a
+// host function still running. Whether it got there.
+bool advance(stream_state* s, std::uint64_t work, bool wait) {
+  while (s->executed < work && !s->pending.empty()) {
+    if (!step(s, wait)) return false;
   }
-  ++s->executed;
+  return true;
 }
 
-void run_until(stream_state* s, std::uint64_t work) {
-  while (s->executed < work && !s->pending.empty()) run_one(s);
+// Completes the stream's oldest work (after what it waits for); false if, not waiting, that
+// work could not finish yet.
+bool step(stream_state* s, bool wait) {
+  op& o = s->pending.front();
+  for (const auto& [other, work] : o.after) {
+    if (!advance(other, work, wait)) return false;
+  }
+  if (rt().sticky == cudaSuccess) {
+    if (o.host_function) {
+      if (o.worker == nullptr) {
+        o.finished = std::make_shared<std::atomic<bool>>(false);
+        o.worker = std::make_shared<std::thread>([run = o.run, finished = o.finished] {
+          run();
+          finished->store(true);
+        });
+      }
+      if (!wait && !o.finished->load()) return false;
+      o.worker->join();
+    } else {
+      device_access access;
+      o.run();
+    }
+  } else if (o.worker != nullptr) {
+    o.worker->join();
+  }
+  s->pending.pop_front();
+  ++s->executed;
+  return true;
 }
+
+void run_one(stream_state* s) { (void)step(s, false); }
+
+void run_until(stream_state* s, std::uint64_t work) { (void)advance(s, work, true); }
 
 void run_all() {
   for (std::size_t i = 0; i < rt().streams.size(); ++i) {
@@ -960,6 +994,7 @@ cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void* data)
   EMU_STICKY;
   if (fn == nullptr) return fail(cudaErrorInvalidValue);
   submit(resolve(stream), [fn, data] { fn(data); });
+  resolve(stream)->pending.back().host_function = true;
   return cudaSuccess;
 }
 
