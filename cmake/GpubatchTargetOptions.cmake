@@ -16,3 +16,9 @@ if(GPUBATCH_SANITIZE)
     -Wno-maybe-uninitialized)
   target_link_options(gpubatch_dev_options INTERFACE -fsanitize=address,undefined)
 endif()
+if(GPUBATCH_SANITIZE_THREAD)
+  # The racecheck stand-in for the emulated device: its CUDA threads are fibers that
+  # ThreadSanitizer tells apart, so a missing __syncthreads is a data race it reports.
+  target_compile_options(gpubatch_dev_options INTERFACE -fsanitize=thread -fno-omit-frame-pointer)
+  target_link_options(gpubatch_dev_options INTERFACE -fsanitize=thread)
+endif()

@@ -41,7 +41,8 @@ struct policy_tag {
 
 /// Calls f(policy_tag<P>{}) with the forced policy, or the default one the run-time heuristic
 /// picks for the architecture and size class (for f32, the tensor-core one when `tf32`). The
-/// workspace query goes through the same choice. Tensor-core policies need sm_80 or later.
+/// workspace query goes through the same choice. Tensor-core policies need sm_80 or later;
+/// `arch` is cuda_gemm::code_arch(), the architecture the kernels run as on this device.
 template <class Policy, class Element, class F>
 void with_policy(int arch, size_class size, bool tf32, F&& f) {
   using E = std::remove_const_t<Element>;
@@ -56,15 +57,17 @@ void with_policy(int arch, size_class size, bool tf32, F&& f) {
       }
       if (arch < 80) {
         throw error("gpubatch::conv2d: a tensor_core_policy needs a GPU of compute capability "
-                    "8.0 or later");
+                    "8.0 or later, and kernels compiled for one (CMAKE_CUDA_ARCHITECTURES 80 or "
+                    "later)");
       }
     }
     f(policy_tag<Policy>{});
   } else {
     if (default_conv2d_policy<E, 80, size_class::medium>::tensor_cores && arch < 80) {
       throw error("gpubatch::conv2d: f16, bf16 and int8 run on tensor cores, which need a GPU "
-                  "of compute capability 8.0 or later; pass a gemm_policy to run them on SIMT "
-                  "cores");
+                  "of compute capability 8.0 or later and kernels compiled for one "
+                  "(CMAKE_CUDA_ARCHITECTURES 80 or later); pass a gemm_policy to run them on "
+                  "SIMT cores");
     }
     const auto pick = [&](auto arch_tag) {
       constexpr int A = decltype(arch_tag)::value;
@@ -150,7 +153,7 @@ std::size_t workspace_bytes(const conv::fprop_batch<TX, TW, TY>& batch) {
   }
   std::size_t bytes = 0;
   const int sms = sm_count();
-  with_policy<Policy, TX>(cuda_gemm::current_arch(),
+  with_policy<Policy, TX>(cuda_gemm::code_arch(),
                           classify_conv2d(batch.gemm_m(), batch.geo.kg(), batch.geo.gemm_k()),
                           /*tf32=*/false, [&](auto tag) {
                             using P = typename decltype(tag)::type;
@@ -238,7 +241,7 @@ void dispatch(cudaStream_t stream, const conv::fprop_batch<TX, TW, TY>& batch, C
   const index_t m = batch.gemm_m(), n = batch.geo.kg(), k = batch.geo.gemm_k();
   // The device is queried for split-K only when the caller offers a workspace.
   const int sms = options.workspace != nullptr ? sm_count() : 0;
-  with_policy<Policy, TX>(cuda_gemm::current_arch(), classify_conv2d(m, n, k), options.allow_tf32,
+  with_policy<Policy, TX>(cuda_gemm::code_arch(), classify_conv2d(m, n, k), options.allow_tf32,
                           [&](auto tag) {
     using P = typename decltype(tag)::type;
     split_k<Compute> split = no_split<Compute>();
@@ -262,7 +265,7 @@ void dispatch(cudaStream_t stream, const conv::grouped_fprop_batch<TX, TW, TY>& 
               const conv2d_options& options) {
   // No workspace use for grouped batches: their reduction lengths are in device memory.
   const grouped_conv2d_bounds& b = batch.bounds;
-  with_policy<Policy, TX>(cuda_gemm::current_arch(),
+  with_policy<Policy, TX>(cuda_gemm::code_arch(),
                           classify_conv2d(b.max_output_pixels, b.max_k_per_group, 0),
                           options.allow_tf32, [&](auto tag) {
                             using P = typename decltype(tag)::type;

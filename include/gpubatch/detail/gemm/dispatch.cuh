@@ -16,6 +16,8 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <utility>
 #include <string>
 #include <type_traits>
 
@@ -31,13 +33,42 @@ inline int current_arch() {
   return 10 * major + minor;
 }
 
-/// Kernels staging more than 48 KiB of shared memory must opt in, once per kernel.
+/// Shared memory a block may have on the current device once its kernel opts in.
+inline std::int64_t shared_limit() {
+  int device = 0, bytes = 0;
+  GPUBATCH_CUDA_TRY(cudaGetDevice(&device));
+  GPUBATCH_CUDA_TRY(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  return bytes;
+}
+
+/// The architecture the code of this translation unit runs as on the current device, as
+/// 10 * major + minor: the device's compute capability, or less when the kernels were compiled
+/// only for older architectures (a program built for sm_75 runs its sm_75 code on an sm_90
+/// device, where the tensor-core kernels compile to a trap). Read as CUB does, from the PTX
+/// version of a kernel compiled with the others.
+inline int code_arch() {
+  cudaFuncAttributes attributes{};
+  GPUBATCH_CUDA_TRY(cudaFuncGetAttributes(&attributes, arch_probe_kernel<>));
+  return std::min(current_arch(), attributes.ptxVersion);
+}
+
+/// A kernel's launch asks for all its shared memory as dynamic shared memory (gpubatch's kernels
+/// declare no static shared memory), checked here against the device; above 48 KiB the kernel
+/// must opt in.
+/// @throws error if the device cannot give a block that much
 template <class Kernel>
 void allow_shared_bytes(Kernel kernel, std::int64_t bytes) {
-  if (bytes > 48 * 1024) {
-    GPUBATCH_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           static_cast<int>(bytes)));
+  if (bytes <= 48 * 1024) {
+    return;
   }
+  const std::int64_t limit = shared_limit();
+  if (bytes > limit) {
+    throw error("gpubatch: the kernel's policy needs " + std::to_string(bytes) +
+                " bytes of shared memory per block, and this device allows " +
+                std::to_string(limit) + "; use a policy with a smaller tile or fewer stages");
+  }
+  GPUBATCH_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(bytes)));
 }
 
 /// The grid of the tiled kernels: one block per C tile of the largest problem (grid.x).
@@ -93,10 +124,25 @@ void launch_walk(Kernel kernel, std::int64_t shared_bytes, cudaStream_t stream,
   GPUBATCH_CUDA_TRY(cudaGetLastError());
 }
 
+/// Dynamic shared memory a launch of the tiled kernels with `Policy` asks for: the tile's
+/// stages, and for grouped batches the walk's storage after them.
+template <class Policy, class Batch, class Compute>
+constexpr std::int64_t tiled_shared_bytes() {
+  std::int64_t tile = 0;
+  if constexpr (Policy::tensor_cores) {
+    using element = std::remove_const_t<
+        std::remove_pointer_t<decltype(std::declval<const Batch&>().problem(0).a.data)>>;
+    tile = tensor_core::geometry<Policy, element>::shared_bytes;
+  } else {
+    tile = Policy::template shared_bytes<Compute>();
+  }
+  return Batch::uniform ? tile : tile_schedule::walk_shared_bytes<Policy::threads>(tile);
+}
+
 template <class Policy, class Batch, class Compute, class Epilogue>
 void launch_tiled(cudaStream_t stream, const Batch& batch, index_t max_m, index_t max_n,
                   Compute alpha, Compute beta, const Epilogue& epilogue) {
-  constexpr std::int64_t shared_bytes = Policy::template shared_bytes<Compute>();
+  constexpr std::int64_t shared_bytes = tiled_shared_bytes<Policy, Batch, Compute>();
   static_assert(shared_bytes <= 227 * 1024,
                 "gpubatch::gemm_policy: the tile needs more shared memory than a block can have "
                 "(227 KiB on sm_90); use a smaller tile, fewer stages or fewer problems per block");
@@ -112,8 +158,7 @@ void launch_tiled(cudaStream_t stream, const Batch& batch, index_t max_m, index_
 template <class Policy, class Batch, class Compute, class Epilogue>
 void launch_tensor_core(cudaStream_t stream, const Batch& batch, index_t max_m, index_t max_n,
                         Compute alpha, Compute beta, const Epilogue& epilogue) {
-  using element = std::remove_const_t<std::remove_pointer_t<decltype(batch.problem(0).a.data)>>;
-  constexpr std::int64_t shared_bytes = tensor_core::geometry<Policy, element>::shared_bytes;
+  constexpr std::int64_t shared_bytes = tiled_shared_bytes<Policy, Batch, Compute>();
   if constexpr (Batch::uniform) {
     launch_slices<Policy>(tensor_core::tensor_core_gemm_kernel<Policy, Batch, Compute, Epilogue>,
                           shared_bytes, stream, batch, max_m, max_n, alpha, beta, epilogue);
@@ -134,14 +179,21 @@ void launch_tiny(cudaStream_t stream, const Batch& batch, const tiny::block_boun
   constexpr int outputs_per_thread = Policy::accumulators_per_thread;
   static_assert(threads * outputs_per_thread >= 32 * 32,
                 "gpubatch: the tiny policy must hold a whole 32 x 32 problem in its registers");
-  constexpr index_t shared_budget = 48 * 1024 / static_cast<index_t>(sizeof(Compute));
+  // The block's table of problems comes first in its shared memory; the staged operands share
+  // the rest of 48 KiB (no opt-in needed).
+  using instance = std::remove_cv_t<decltype(batch.problem(0))>;
+  constexpr index_t table_bytes =
+      tiny::table_bytes<tiny::block_table<instance, Policy::problems_per_block>>();
+  constexpr index_t shared_budget =
+      (48 * 1024 - table_bytes) / static_cast<index_t>(sizeof(Compute));
   const index_t k_chunk = std::min<index_t>(bounds.max_k, Policy::tile_k);
   const index_t ppb = std::min(batch.count,
                                tiny::problems_per_block(bounds, k_chunk, threads, outputs_per_thread,
                                                         Policy::problems_per_block, shared_budget));
   const index_t blocks = ceil_div(batch.count, ppb);
-  const auto shared_bytes = static_cast<std::size_t>(ppb * (bounds.max_m + bounds.max_n) * k_chunk *
-                                                     static_cast<index_t>(sizeof(Compute)));
+  const auto shared_bytes = static_cast<std::size_t>(
+      table_bytes +
+      ppb * (bounds.max_m + bounds.max_n) * k_chunk * static_cast<index_t>(sizeof(Compute)));
   launch(tiny_gemm_kernel<threads, outputs_per_thread, Policy::problems_per_block, Batch, Compute,
                           Epilogue>,
          launch_config{static_cast<unsigned>(blocks), threads, shared_bytes, stream}, batch,
@@ -174,9 +226,15 @@ void launch_default(cudaStream_t stream, const Batch& batch, index_t max_m, inde
     return;
   }
   // Grouped batches: the tiled kernels walk the batch's tiles with a GPU-sized grid.
-  const bool large = size == size_class::large;
+  bool large = size == size_class::large;
   if constexpr (tensor_core::supported_v<Element>) {
     if (tensor_cores) {
+      using large_policy = typename default_tensor_core_policy<Element, Arch, size_class::large>::type;
+      // A device with less shared memory per block than the large tile needs (int8 grouped on
+      // sm_86/89, 99 KiB) takes the medium one.
+      if (large && tiled_shared_bytes<large_policy, Batch, Compute>() > shared_limit()) {
+        large = false;
+      }
       if (large) {
         launch_tensor_core<typename default_tensor_core_policy<Element, Arch, size_class::large>::type>(
             stream, batch, max_m, max_n, alpha, beta, epilogue);
@@ -220,9 +278,10 @@ void dispatch(cudaStream_t stream, const Batch& batch, Compute alpha, Compute be
         throw invalid_argument("options", "a tensor_core_policy with f32 operands needs "
                                           "allow_tf32 = true (the MMA rounds inputs to TF32)");
       }
-      if (current_arch() < 80) {
+      if (code_arch() < 80) {
         throw error("gpubatch::gemm: a tensor_core_policy needs a GPU of compute capability 8.0 "
-                    "or later");
+                    "or later, and kernels compiled for one (CMAKE_CUDA_ARCHITECTURES 80 or "
+                    "later)");
       }
       launch_tensor_core<Policy>(stream, batch, max_m, max_n, alpha, beta, epilogue);
     } else {
@@ -230,12 +289,14 @@ void dispatch(cudaStream_t stream, const Batch& batch, Compute alpha, Compute be
     }
     return;
   } else {
-    const int arch = current_arch();
+    const int arch = code_arch();
     if (needs_tensor_cores && arch < 80) {
       throw error("gpubatch::gemm: f16, bf16 and int8 run on tensor cores, which need a GPU of "
-                  "compute capability 8.0 or later; pass a gemm_policy to run them on SIMT cores");
+                  "compute capability 8.0 or later and kernels compiled for one "
+                  "(CMAKE_CUDA_ARCHITECTURES 80 or later); pass a gemm_policy to run them on "
+                  "SIMT cores");
     }
-    // allow_tf32 allows tensor cores, it does not require them: below sm_80, f32 stays on SIMT.
+    // allow_tf32 allows tensor cores, it does not require them: without them f32 stays on SIMT.
     const bool tensor_cores = arch >= 80 && tensor_core_element<element>(options.allow_tf32);
     if (arch >= 90) {
       launch_default<90, element>(stream, batch, max_m, max_n, max_k, alpha, beta, epilogue,

@@ -31,6 +31,11 @@ GPUBATCH_KERNELS_BEGIN
 
 namespace gpubatch::detail::cuda_gemm {
 
+/// Does nothing: its attributes tell which architecture this translation unit's kernels were
+/// compiled for (dispatch.cuh, code_arch).
+template <int = 0>
+GPUBATCH_KERNEL void arch_probe_kernel() {}
+
 /// Shape of a tiny launch: problems staged per block, the K chunk staged at a time, and the
 /// bounds every problem lies within (a grouped batch's promised bounds).
 struct tiny_shape {
@@ -48,8 +53,11 @@ template <int Threads, int OutputsPerThread, int MaxProblems, class Batch, class
 GPUBATCH_KERNEL void __launch_bounds__(Threads)
     tiny_gemm_kernel(Batch batch, tiny_shape shape, Compute alpha, Compute beta, Epilogue epilogue) {
   using instance = std::remove_cv_t<decltype(batch.problem(0))>;
-  __shared__ tiny::block_table<instance, MaxProblems> table;
+  using table_type = tiny::block_table<instance, MaxProblems>;
+  // The table leads the block's dynamic shared memory, the staged operands follow: the launch
+  // asks for all of it, and the dispatch budgets all of it.
   GPUBATCH_DYNAMIC_SHARED(unsigned char, tiny_shared, 16);
+  table_type& table = *reinterpret_cast<table_type*>(tiny_shared);
   const int ppb = shape.problems_per_block;
   const index_t kc = shape.k_chunk;
   const index_t first = static_cast<index_t>(blockIdx.x) * ppb;
@@ -62,8 +70,9 @@ GPUBATCH_KERNEL void __launch_bounds__(Threads)
   if (thread == 0) tiny::finish_table(problems, kc, table);
   __syncthreads();
 
-  Compute* const a_s = reinterpret_cast<Compute*>(tiny_shared);  // [problems][m][kc]
-  Compute* const b_s = a_s + static_cast<index_t>(ppb) * shape.bounds.max_m * kc;  // [problems][kc][n]
+  // [problems][m][kc], then [problems][kc][n]
+  Compute* const a_s = reinterpret_cast<Compute*>(tiny_shared + tiny::table_bytes<table_type>());
+  Compute* const b_s = a_s + static_cast<index_t>(ppb) * shape.bounds.max_m * kc;
   tiny::owned_output own[OutputsPerThread];
   Compute acc[OutputsPerThread];
 #pragma unroll
@@ -222,8 +231,12 @@ GPUBATCH_KERNEL void __launch_bounds__(Policy::threads)
 template <class Policy, class Batch, class Compute, class Epilogue>
 GPUBATCH_KERNEL void __launch_bounds__(Policy::threads)
     grouped_tiled_gemm_kernel(Batch batch, Compute alpha, Compute beta, Epilogue epilogue) {
+  GPUBATCH_DYNAMIC_SHARED(unsigned char, walk_shared, 16);
   tile_schedule::walk_grouped_tiles<Policy::threads, Policy::tile_m, Policy::tile_n>(
-      batch, [&](const auto& problem, index_t b, index_t tile_row, index_t tile_col) {
+      batch,
+      tile_schedule::walk_storage_in<Policy::threads>(walk_shared,
+                                                      Policy::template shared_bytes<Compute>()),
+      [&](const auto& problem, index_t b, index_t tile_row, index_t tile_col) {
         tiled_gemm_tile<Policy>(problem, b, tile_row, tile_col, alpha, beta, epilogue);
       });
 }

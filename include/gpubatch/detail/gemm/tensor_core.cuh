@@ -233,8 +233,13 @@ GPUBATCH_KERNEL void __launch_bounds__(Policy::threads,
 #if GPUBATCH_DEVICE_CODE && GPUBATCH_DEVICE_ARCH < 800
   __trap();  // dispatch never launches it below sm_80
 #else
+  using element = std::remove_const_t<std::remove_pointer_t<decltype(batch.problem(0).a.data)>>;
+  GPUBATCH_DYNAMIC_SHARED(unsigned char, walk_shared, 128);
   tile_schedule::walk_grouped_tiles<Policy::threads, Policy::tile_m, Policy::tile_n>(
-      batch, [&](const auto& problem, index_t b, index_t tile_row, index_t tile_col) {
+      batch,
+      tile_schedule::walk_storage_in<Policy::threads>(walk_shared,
+                                                      geometry<Policy, element>::shared_bytes),
+      [&](const auto& problem, index_t b, index_t tile_row, index_t tile_col) {
         tensor_core_tile<Policy>(problem, b, tile_row, tile_col, alpha, beta, epilogue);
       });
 #endif

@@ -10,6 +10,8 @@
 #include <gpubatch/detail/gemm/problem.hpp>
 #include <gpubatch/detail/gemm/tile_schedule.hpp>
 
+#include <cstdint>
+
 
 namespace gpubatch::detail::tile_schedule {
 
@@ -28,14 +30,40 @@ GPUBATCH_DEVICE void block_tile(const Batch& batch, index_t first_problem, index
   }
 }
 
+/// What the walk keeps in shared memory: the block scan's storage and the window's tile ends.
+template <int Threads>
+struct walk_storage {
+  typename block_inclusive_sum<index_t, Threads>::storage scan;
+  index_t ends[Threads];
+};
+
+/// The walk's storage sits after the tile's `tile_bytes` of dynamic shared memory, so that the
+/// launch asks for all of the block's shared memory at once (no static part the dispatch could
+/// miss when it checks the device's limit).
+GPUBATCH_HOST_DEVICE constexpr std::int64_t walk_storage_offset(std::int64_t tile_bytes) {
+  return (tile_bytes + 15) / 16 * 16;
+}
+/// Dynamic shared memory of a walking kernel whose tile needs `tile_bytes`.
+template <int Threads>
+GPUBATCH_HOST_DEVICE constexpr std::int64_t walk_shared_bytes(std::int64_t tile_bytes) {
+  return walk_storage_offset(tile_bytes) + static_cast<std::int64_t>(sizeof(walk_storage<Threads>));
+}
+/// The walk's storage in the block's dynamic shared memory `shared`.
+template <int Threads>
+GPUBATCH_DEVICE walk_storage<Threads>& walk_storage_in(unsigned char* shared,
+                                                       std::int64_t tile_bytes) {
+  return *reinterpret_cast<walk_storage<Threads>*>(shared + walk_storage_offset(tile_bytes));
+}
+
 /// Calls tile(problem_instance, problem_index, tile_row, tile_col) for every C tile of `batch`
 /// (a grouped batch; (TileM x TileN) tiles) this block is dealt, then waits for the whole block,
 /// as the next tile reuses shared memory. Threads threads, one problem each per window.
 template <int Threads, int TileM, int TileN, class Batch, class Tile>
-GPUBATCH_DEVICE void walk_grouped_tiles(const Batch& batch, Tile&& tile) {
+GPUBATCH_DEVICE void walk_grouped_tiles(const Batch& batch, walk_storage<Threads>& storage,
+                                        Tile&& tile) {
   using block_scan = block_inclusive_sum<index_t, Threads>;
-  __shared__ typename block_scan::storage scan_storage;
-  __shared__ index_t ends[Threads];
+  auto& scan_storage = storage.scan;
+  index_t* const ends = storage.ends;
   const auto load = [&](index_t first, index_t* window_ends) {
     __syncthreads();  // every thread has finished reading the previous window
     const index_t p = first + static_cast<index_t>(threadIdx.x);

@@ -34,6 +34,13 @@ struct block_table {
   GPUBATCH_HOST_DEVICE index_t outputs() const { return output_begin[problems]; }
 };
 
+/// Bytes the block table takes at the start of the tiny kernel's dynamic shared memory (the
+/// staged operands follow, 16-byte aligned).
+template <class Table>
+GPUBATCH_HOST_DEVICE constexpr index_t table_bytes() {
+  return (static_cast<index_t>(sizeof(Table)) + 15) / 16 * 16;
+}
+
 /// Upper bounds of the problems a block may hold.
 struct block_bounds {
   index_t max_m, max_n, max_k;

@@ -77,7 +77,7 @@ struct executor {
   unsigned char* shared_map = nullptr;
   block_state block;
   cuda_thread* current = nullptr;
-  char grid_begin_token = 0;
+  char block_begin_token = 0;
   char grid_end_token = 0;
 
   executor() {
@@ -164,7 +164,7 @@ void check_exit(cuda_thread& t) {
 void thread_main(void* context) {
   auto* t = static_cast<cuda_thread*>(context);
   executor& e = *this_executor;
-  tsan_acquire(&e.grid_begin_token);
+  tsan_acquire(&e.block_begin_token);
   e.block.request->run(e.block.request->arguments.get());
   check_exit(*t);
   t->state = run_state::done;
@@ -189,8 +189,15 @@ bool run_block(executor& e, const launch_request& r, uint3 block_idx) {
     b.warps[static_cast<std::size_t>(w)].lanes = lanes;
     b.warps[static_cast<std::size_t>(w)].live = lanes;
   }
+  // Blocks never share their shared memory: under ThreadSanitizer the arena is mapped afresh,
+  // which forgets the previous block's accesses (they are no race with this block's).
+  if (tsan_active()) {
+    mmap(e.shared_map, shared_capacity, PROT_READ | PROT_WRITE,
+         MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+  }
   // Shared memory holds garbage when a block starts: make it loud garbage.
   std::memset(b.shared, 0xff, b.shared_bytes);
+  tsan_release(&e.block_begin_token);
   for (int i = 0; i < count; ++i) {
     cuda_thread& t = b.threads[static_cast<std::size_t>(i)];
     t = cuda_thread{};
@@ -420,7 +427,6 @@ bool run_grid(const launch_request& r, const device_model&) {
   b.shared_bytes = r.dynamic_shared;
   asan_unpoison(e.shared_map, shared_capacity);
   asan_poison(b.shared + r.dynamic_shared, rounded - r.dynamic_shared);
-  tsan_release(&e.grid_begin_token);
   bool ok = true;
   for (unsigned z = 0; z < r.grid.z && ok; ++z) {
     for (unsigned y = 0; y < r.grid.y && ok; ++y) {

@@ -156,6 +156,8 @@ void fiber::trampoline_entry(fiber* self) {
   std::abort();
 }
 
+bool tsan_active() { return __tsan_acquire != nullptr; }
+
 void tsan_release(void* address) {
   if (__tsan_release != nullptr) __tsan_release(address);
 }

@@ -42,6 +42,8 @@ class fiber {
   std::size_t scheduler_stack_size_ = 0;
 };
 
+/// Whether the program runs under ThreadSanitizer.
+bool tsan_active();
 /// ThreadSanitizer happens-before annotations (no-ops without it).
 void tsan_release(void* address);
 void tsan_acquire(void* address);
