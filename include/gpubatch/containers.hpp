@@ -89,15 +89,16 @@ class device_buffer {
     device_buffer grown(new_size, exec);
     const size_type kept_bytes = std::min(size_, new_size) * sizeof(T);
     if constexpr (is_cuda_exec_v<Exec>) {
+      // The old memory was last used on stream_: exec's stream, which copies from it and then
+      // frees it, waits for that work first (without blocking the host).
+      if (data_ != nullptr && stream_ != exec.stream()) {
+        detail::stream_wait(exec.stream(), stream_);
+      }
       if (kept_bytes != 0) {
-        // The old buffer was last used on stream_; order the copy after that work.
-        if (stream_ != exec.stream()) {
-          GPUBATCH_CUDA_TRY(cudaStreamSynchronize(stream_));
-        }
         GPUBATCH_CUDA_TRY(
             cudaMemcpyAsync(grown.data_, data_, kept_bytes, cudaMemcpyDeviceToDevice, exec.stream()));
       }
-      stream_ = exec.stream();  // the old memory is freed on the stream that last read it
+      stream_ = exec.stream();
     } else if (kept_bytes != 0) {
       std::memcpy(grown.data_, data_, kept_bytes);
     }

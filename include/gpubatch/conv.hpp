@@ -139,8 +139,9 @@ void conv2d_per_sample(Exec exec, const conv2d_params& params, detail::conv::sca
 ///
 /// On the CUDA backend `problems` is in device memory and the call does not synchronise: the
 /// grid is sized from `bounds`, which must hold upper bounds of every problem's N * P * Q,
-/// K / groups and groups (a problem outside them is a precondition violation). On the host
-/// backend `problems` is in host memory, each problem is validated, and `bounds` is ignored.
+/// K / groups and groups: a problem outside them is skipped whole, its output untouched, as
+/// gemm_grouped skips its own. On the host backend `problems` is in host memory, each problem
+/// is validated, and `bounds` is ignored.
 ///
 /// @param problems `count` problem descriptors
 /// @throws invalid_argument naming the parameter: a negative count, a null descriptor array,

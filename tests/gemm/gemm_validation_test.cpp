@@ -96,6 +96,23 @@ TEST_CASE("a stride-0 operand broadcasts one matrix across the batch", "[gemm]")
   CHECK(c == std::vector<float>{1, 2, 3, 4, 2, 4, 6, 8});
 }
 
+TEST_CASE("a stride-0 C is rejected: every problem would write one matrix", "[gemm][validation]") {
+  std::vector<float> a(8, 1.0F), b(8, 1.0F), c(4, -7.0F);
+  const auto broadcast_c = matrix_batch_view<float>(c.data(), 2, 2, 2, 0, 2);
+  require_invalid("c", [&] {
+    gpubatch::gemm(gpubatch::on_host, op::none, op::none, 1.0F,
+                   matrix_batch_view<const float>::packed(a.data(), 2, 2, 2),
+                   matrix_batch_view<const float>::packed(b.data(), 2, 2, 2), 1.0F, broadcast_c);
+  });
+  for (float v : c) CHECK(v == -7.0F);
+  // One problem may have any stride.
+  gpubatch::gemm(gpubatch::on_host, op::none, op::none, 1.0F,
+                 matrix_batch_view<const float>::packed(a.data(), 2, 2, 1),
+                 matrix_batch_view<const float>::packed(b.data(), 2, 2, 1), 0.0F,
+                 matrix_batch_view<float>(c.data(), 2, 2, 2, 0, 1));
+  CHECK(c[0] == 2.0F);
+}
+
 TEST_CASE("gemm_grouped validates every problem on the host backend", "[gemm][validation]") {
   std::vector<float> a(16, 1.0F), b(16, 1.0F), c(16, -7.0F);
   using problem = gpubatch::gemm_problem<float, float, float>;

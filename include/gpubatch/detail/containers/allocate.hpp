@@ -95,6 +95,17 @@ inline void* allocate_device(std::size_t bytes, cudaStream_t stream) {
   return p;
 }
 
+/// Orders all work issued to `waiter` from now on after the work already issued to `producer`.
+/// @throws cuda_error
+inline void stream_wait(cudaStream_t waiter, cudaStream_t producer) {
+  cudaEvent_t event = nullptr;
+  GPUBATCH_CUDA_TRY(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+  const cudaError_t recorded = cudaEventRecord(event, producer);
+  const cudaError_t waited = recorded == cudaSuccess ? cudaStreamWaitEvent(waiter, event, 0) : recorded;
+  GPUBATCH_CUDA_TRY_NOTHROW(cudaEventDestroy(event));  // released once the wait is satisfied
+  GPUBATCH_CUDA_TRY(waited);
+}
+
 inline void deallocate_device(void* p, cudaStream_t stream) noexcept {
   if (p != nullptr) {
     GPUBATCH_CUDA_TRY_NOTHROW(cudaFreeAsync(p, stream));

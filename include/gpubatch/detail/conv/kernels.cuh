@@ -69,8 +69,8 @@ GPUBATCH_KERNEL void __launch_bounds__(Policy::threads)
   const index_t m = g.m(), n = g.n(), k = g.k();
   const index_t tile_row = static_cast<index_t>(blockIdx.x / tiles_n) * BM;
   const index_t tile_col = static_cast<index_t>(blockIdx.x % tiles_n) * BN;
-  if (tile_row >= m || tile_col >= n || k <= 0) {
-    return;  // a problem smaller than the grid's bounds, or an empty group (block-uniform)
+  if (tile_row >= m || tile_col >= n || k <= 0 || !batch.within_bounds(index)) {
+    return;  // a problem smaller than (or breaking) the grid's bounds, or an empty group
   }
   const index_t k_begin = static_cast<index_t>(blockIdx.z) * split.chunk;
   const index_t k_end = k_begin + split.chunk < k ? k_begin + split.chunk : k;
@@ -164,8 +164,8 @@ GPUBATCH_KERNEL void __launch_bounds__(Policy::threads)
   const index_t m = g.m(), n = g.n(), k = g.k();
   const index_t tile_row = static_cast<index_t>(blockIdx.x / tiles_n) * G::bm;
   const index_t tile_col = static_cast<index_t>(blockIdx.x % tiles_n) * G::bn;
-  if (tile_row >= m || tile_col >= n || k <= 0) {
-    return;  // a problem smaller than the grid's bounds, or an empty group (block-uniform)
+  if (tile_row >= m || tile_col >= n || k <= 0 || !batch.within_bounds(index)) {
+    return;  // a problem smaller than (or breaking) the grid's bounds, or an empty group
   }
   GPUBATCH_DYNAMIC_SHARED(unsigned char, tensor_core_conv_shared, 128);
   // Forward propagation's B is the filter memory read as is: n filters of k elements.

@@ -214,6 +214,9 @@ struct fprop_batch {
     return {batch_base + sample, pixel, channel};
   }
 
+  /// Every implicit GEMM of a uniform batch lies within its grid.
+  GPUBATCH_HOST_DEVICE bool within_bounds(index_t) const { return true; }
+
   GPUBATCH_HOST_DEVICE fprop_gemm<TX, TW, TY> problem(index_t index) const {
     const index_t group = index % geo.groups;
     const index_t first = per_sample ? index / geo.groups : 0;
@@ -253,6 +256,19 @@ struct grouped_fprop_batch {
             false,
             index,
             true};
+  }
+
+  /// Whether the problem of implicit GEMM `index` lies within the bounds the grid was sized
+  /// from. One that does not is skipped whole (no output written), as grouped GEMM skips its
+  /// own: computing the part the grid covers would leave a half-written output.
+  GPUBATCH_HOST_DEVICE bool within_bounds(index_t index) const {
+    const conv2d_problem<TX, TW, TY> d = problems[index / bounds.max_groups];
+    if (d.params.groups < 1 || d.params.stride_h < 1 || d.params.stride_w < 1) {
+      return false;
+    }
+    const conv2d_geometry g = make_geometry(d.n, d.c, d.h, d.w, d.k, d.r, d.s, d.params, order);
+    return g.groups <= bounds.max_groups && g.n * g.pixels() <= bounds.max_output_pixels &&
+           g.kg() <= bounds.max_k_per_group;
   }
 
   GPUBATCH_HOST_DEVICE fprop_gemm<TX, TW, TY> problem(index_t index) const {

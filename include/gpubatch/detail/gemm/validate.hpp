@@ -9,6 +9,8 @@
 #include <gpubatch/views.hpp>
 
 #include <string>
+#include <type_traits>
+#include <utility>
 
 namespace gpubatch::detail {
 
@@ -33,6 +35,13 @@ void require_accessible(const char* parameter, memory_space stated, const void* 
   }
 }
 
+/// Whether a batch view has a batch stride (strided batches; pointer arrays have none).
+template <class View, class = void>
+struct has_batch_stride : std::false_type {};
+template <class View>
+struct has_batch_stride<View, std::void_t<decltype(std::declval<const View&>().batch_stride())>>
+    : std::true_type {};
+
 /// Checks op(A) (m x k) * op(B) (k x n) -> C (m x n) for views with rows(), cols() and count().
 template <class VA, class VB, class VC>
 gemm_shape check_gemm_shapes(op op_a, op op_b, const VA& a, const VB& b, const VC& c) {
@@ -55,6 +64,14 @@ gemm_shape check_gemm_shapes(op op_a, op op_b, const VA& a, const VB& b, const V
   if (b.count() != c.count()) {
     throw invalid_argument("b", "batch of " + std::to_string(b.count()) + " matrices, but C has " +
                                     std::to_string(c.count()));
+  }
+  if constexpr (has_batch_stride<VC>::value) {
+    // Every problem would write the one C at once: a race on the device, and on the host a
+    // result that depends on the order the problems run in.
+    if (c.count() > 1 && c.batch_stride() == 0 && m * n > 0) {
+      throw invalid_argument("c", "has batch stride 0: " + std::to_string(c.count()) +
+                                      " problems would write one C (only inputs may be broadcast)");
+    }
   }
   return {m, n, k, c.count()};
 }
