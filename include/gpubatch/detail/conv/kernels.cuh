@@ -153,6 +153,7 @@ GPUBATCH_KERNEL void __launch_bounds__(Policy::threads)
     tensor_core_conv_kernel(Batch batch, index_t first_problem, index_t tiles_n, Compute alpha,
                             Compute beta, Epilogue epilogue) {
 #if GPUBATCH_DEVICE_CODE && GPUBATCH_DEVICE_ARCH < 800
+  (void)batch, (void)first_problem, (void)tiles_n, (void)alpha, (void)beta, (void)epilogue;
   __trap();  // dispatch never launches it below sm_80
 #else
   const index_t index = first_problem + blockIdx.y;

@@ -211,6 +211,7 @@ GPUBATCH_KERNEL void __launch_bounds__(Policy::threads)
     tensor_core_gemm_kernel(Batch batch, index_t first_problem, index_t tiles_n, Compute alpha,
                             Compute beta, Epilogue epilogue) {
 #if GPUBATCH_DEVICE_CODE && GPUBATCH_DEVICE_ARCH < 800
+  (void)batch, (void)first_problem, (void)tiles_n, (void)alpha, (void)beta, (void)epilogue;
   __trap();  // dispatch never launches it below sm_80
 #else
   tile_schedule::block_tile<Policy::tile_m, Policy::tile_n>(
@@ -231,6 +232,7 @@ GPUBATCH_KERNEL void __launch_bounds__(Policy::threads,
                                        tile_schedule::blocks_at_128_registers(Policy::threads))
     grouped_tensor_core_gemm_kernel(Batch batch, Compute alpha, Compute beta, Epilogue epilogue) {
 #if GPUBATCH_DEVICE_CODE && GPUBATCH_DEVICE_ARCH < 800
+  (void)batch, (void)alpha, (void)beta, (void)epilogue;
   __trap();  // dispatch never launches it below sm_80
 #else
   using element = std::remove_const_t<std::remove_pointer_t<decltype(batch.problem(0).a.data)>>;

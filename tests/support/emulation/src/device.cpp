@@ -247,6 +247,22 @@ bool run_block(executor& e, const launch_request& r, uint3 block_idx) {
 
 }  // namespace
 
+void describe_crash(const void* address) {
+  executor* e = this_executor;
+  if (e == nullptr || e->current == nullptr || e->block.request == nullptr) return;
+  const launch_request& r = *e->block.request;
+  const auto* a = static_cast<const unsigned char*>(address);
+  if (a >= e->block.shared + e->block.shared_bytes && a < e->shared_map + shared_capacity + page) {
+    std::fprintf(stderr,
+                 "gpubatch emulated device: shared memory access %zu bytes past the end of the "
+                 "block's %zu bytes of dynamic shared memory\n",
+                 static_cast<std::size_t>(a - (e->block.shared + e->block.shared_bytes)),
+                 e->block.shared_bytes);
+  }
+  std::fprintf(stderr, "gpubatch emulated device: the fault is in the kernel launched at %s:%d, %s\n",
+               r.file, r.line, describe(*e->current).c_str());
+}
+
 const builtins& current_builtins(const char* file, int line) {
   cuda_thread* t = running_thread();
   if (t == nullptr) outside_kernel("a built-in variable (threadIdx, blockIdx, ...)", file, line);

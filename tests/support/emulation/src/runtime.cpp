@@ -261,6 +261,7 @@ void describe_fault(int, siginfo_t* info, void*) {
     std::fprintf(stderr, "gpubatch emulated device: %s: address %p, allocation %p of %zu bytes\n",
                  what, p, static_cast<void*>(a->user), a->bytes);
   }
+  describe_crash(p);
   signal(SIGSEGV, SIG_DFL);
   raise(SIGSEGV);
 }

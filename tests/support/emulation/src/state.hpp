@@ -40,6 +40,9 @@ void set_sticky_error(cudaError_t code);
 /// The live allocation holding [p, p + bytes): 'd' device, 'p' page-locked host, 0 none.
 char memory_kind(const void* p, std::size_t bytes);
 
+/// Says which kernel, block and thread a crash at `address` happened in, if in a kernel.
+void describe_crash(const void* address);
+
 /// The architecture the emulated kernels were built for.
 int compiled_arch();
 

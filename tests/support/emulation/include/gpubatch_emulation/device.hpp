@@ -99,8 +99,10 @@ cudaError_t submit_launch(launch_request request);
 
 /// Called once per translation unit so that kernels report the architecture they were built for.
 int register_compiled_arch(int arch);
+#if !defined(GPUBATCH_EMULATION_RUNTIME)
 [[maybe_unused]] static const int compiled_arch_registration =
     register_compiled_arch(GPUBATCH_EMULATION_ARCH);
+#endif
 
 /// Launches `kernel` as `kernel<<<grid, block, shared, stream>>>(args...)` would.
 template <class... Params, class... Args>
