@@ -40,10 +40,14 @@ TEST_CASE("gemm f32 on TF32 tensor cores: batch forms and the large tile", "[gem
   }
 }
 
-TEST_CASE("gemm f16 and bf16: the large tensor-core tile", "[gemm][tensor_core]") {
+TEST_CASE("gemm f16, bf16 and int8: the large tensor-core tile", "[gemm][tensor_core]") {
+  // Grouped int8 needs 96 KiB for the tile and 2 KiB for the walk: on a device of 99 KiB per
+  // block it takes the medium tile instead.
+  const batch_form form = GENERATE(batch_form::strided, batch_form::grouped);
   gemm_case c{600, 520, 72, 2, op::none, op::none, layout::row_major, layout::col_major,
-              layout::row_major, 1.0, 0.5};
+              layout::row_major, 1.0, 0.5, form};
   check_gemm<test_backend, half, half>(c);
+  check_gemm<test_backend, std::int8_t, std::int32_t>(c);
   c.op_a = op::transpose;
   check_gemm<test_backend, gpubatch::bfloat16, float>(c);
 }
