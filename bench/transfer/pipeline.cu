@@ -19,6 +19,7 @@
 #include "support/harness.hpp"
 
 #include <gpubatch/containers.hpp>
+#include <gpubatch/launch.hpp>
 #include <gpubatch/pipeline.hpp>
 #include <gpubatch/stream.hpp>
 
@@ -50,7 +51,8 @@ __global__ void rounds_kernel(const float* in, float* out, std::size_t n, int ro
 
 void launch_rounds(cudaStream_t stream, const float* in, float* out, std::size_t n, int rounds) {
   const auto blocks = static_cast<unsigned>(std::min<std::size_t>((n + 255) / 256, 65535));
-  gpubatch::launch(rounds_kernel, gpubatch::launch_config{blocks, 256, 0, stream}, in, out, n, rounds);
+  gpubatch::launch(rounds_kernel, gpubatch::launch_config{blocks, 256, 0, stream}, in, out, n,
+                   rounds);
   GPUBATCH_CUDA_TRY(cudaGetLastError());
 }
 

@@ -27,6 +27,12 @@ if(OpenMP_CXX_FOUND)
   target_link_libraries(gpubatch_emulation PUBLIC OpenMP::OpenMP_CXX)
 endif()
 
+# The runner of the emulated tests: the gpu tests' runner, whose device check finds the
+# emulated devices. Compiled once for all of them.
+add_library(gpubatch_test_main_emulated OBJECT "${PROJECT_SOURCE_DIR}/tests/support/gpu_main.cpp")
+target_link_libraries(gpubatch_test_main_emulated PUBLIC gpubatch_emulation Catch2::Catch2
+                                                         gpubatch_dev_options)
+
 # gpubatch_add_emulated_test(<target> <file.cu> [DEVICES <list>] [ARCH <sm>])
 # Compiles <file.cu> as C++ for the emulated device and registers its test cases with the label
 # "emulated". DEVICES names the emulated devices (GPUBATCH_EMULATED_DEVICES, default h100);
@@ -36,7 +42,7 @@ function(gpubatch_add_emulated_test target source)
   get_filename_component(source "${source}" ABSOLUTE)
   set(wrapper "${CMAKE_CURRENT_BINARY_DIR}/emulated/${target}.cpp")
   file(GENERATE OUTPUT "${wrapper}" CONTENT "#include \"${source}\"\n")
-  add_executable(${target} "${wrapper}" "${PROJECT_SOURCE_DIR}/tests/support/gpu_main.cpp"
+  add_executable(${target} "${wrapper}" $<TARGET_OBJECTS:gpubatch_test_main_emulated>
                  $<TARGET_OBJECTS:gpubatch_catch_impl>)
   # The emulation headers (mma.h, cuda_pipeline_primitives.h) come before the toolkit's.
   target_include_directories(${target} BEFORE PRIVATE "${GPUBATCH_EMULATION_DIR}/include")

@@ -101,7 +101,8 @@ inline void stream_wait(cudaStream_t waiter, cudaStream_t producer) {
   cudaEvent_t event = nullptr;
   GPUBATCH_CUDA_TRY(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
   const cudaError_t recorded = cudaEventRecord(event, producer);
-  const cudaError_t waited = recorded == cudaSuccess ? cudaStreamWaitEvent(waiter, event, 0) : recorded;
+  const cudaError_t waited =
+      recorded == cudaSuccess ? cudaStreamWaitEvent(waiter, event, 0) : recorded;
   GPUBATCH_CUDA_TRY_NOTHROW(cudaEventDestroy(event));  // released once the wait is satisfied
   GPUBATCH_CUDA_TRY(waited);
 }

@@ -17,9 +17,9 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <utility>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 namespace gpubatch::detail::cuda_gemm {
 
@@ -94,7 +94,8 @@ void launch_slices(Kernel kernel, std::int64_t shared_bytes, cudaStream_t stream
   for (index_t l = 0; l < launches; ++l) {
     const launch_slice slice = slice_of_launch(batch.count, Policy::max_blocks_per_launch, l);
     const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(slice.count));
-    launch(kernel, launch_config{grid, Policy::threads, static_cast<std::size_t>(shared_bytes), stream},
+    launch(kernel,
+           launch_config{grid, Policy::threads, static_cast<std::size_t>(shared_bytes), stream},
            batch, slice.first, tiles_n, alpha, beta, epilogue);
     GPUBATCH_CUDA_TRY(cudaGetLastError());
   }

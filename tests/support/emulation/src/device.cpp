@@ -10,7 +10,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -34,6 +33,20 @@ struct site {
 
 enum class run_state { ready, at_barrier, at_warp, done };
 
+// A thread's cp.async copies in flight, oldest first, each with its commit group (the copies
+// not yet committed carry the number the next commit gives). Fixed storage: the runtime's
+// bookkeeping allocates nothing while kernels run.
+struct copy_queue {
+  static constexpr std::size_t capacity = 256;
+  landing copies[capacity];
+  std::uint64_t group[capacity];
+  std::uint64_t head = 0, tail = 0;  // copies [head, tail) modulo capacity
+  std::uint64_t next_group = 0;
+  site first;  // where the oldest copy in flight was issued
+  void reset() { head = tail = next_group = 0; }
+  bool empty() const { return head == tail; }
+};
+
 struct cuda_thread {
   builtins b{};
   int linear = 0;
@@ -41,9 +54,7 @@ struct cuda_thread {
   int lane = 0;
   run_state state = run_state::ready;
   site waiting;
-  std::vector<landing> uncommitted;
-  std::deque<std::vector<landing>> groups;
-  site first_copy;
+  copy_queue copies;
 };
 
 struct warp_state {
@@ -141,14 +152,10 @@ fiber& fiber_of(const cuda_thread& t) {
 // never complete on the hardware either (or completes without it, which CUDA leaves undefined).
 void check_exit(cuda_thread& t) {
   block_state& b = this_executor->block;
-  if (!t.uncommitted.empty() || !t.groups.empty()) {
-    std::size_t copies = t.uncommitted.size();
-    for (const auto& g : t.groups) copies += g.size();
-    if (copies != 0) {
-      fault_here(cudaErrorLaunchFailure,
-                 std::to_string(copies) + " cp.async copies (the first " + where(t.first_copy) +
-                     ") were never waited for when the thread finished");
-    }
+  if (!t.copies.empty()) {
+    fault_here(cudaErrorLaunchFailure,
+               std::to_string(t.copies.tail - t.copies.head) + " cp.async copies (the first " +
+                   where(t.copies.first) + ") were never waited for when the thread finished");
   }
   if (b.arrived > 0) {
     fault_here(cudaErrorLaunchFailure, "the thread finished while others of its block wait at " +
@@ -200,7 +207,9 @@ bool run_block(executor& e, const launch_request& r, uint3 block_idx) {
   tsan_release(&e.block_begin_token);
   for (int i = 0; i < count; ++i) {
     cuda_thread& t = b.threads[static_cast<std::size_t>(i)];
-    t = cuda_thread{};
+    t.state = run_state::ready;
+    t.waiting = site{};
+    t.copies.reset();
     t.linear = i;
     t.warp = i / 32;
     t.lane = i % 32;
@@ -400,31 +409,37 @@ void async_copy_issue(void* dst, const void* src, std::size_t size, const char* 
   if (!is_global(src, size)) {
     fault_here(cudaErrorIllegalAddress, "cp.async source is not in device memory" + at);
   }
-  landing l{dst, {}, size};
+  copy_queue& q = t->copies;
+  if (q.tail - q.head == copy_queue::capacity) {
+    fault_here(cudaErrorLaunchFailure, "more than " + std::to_string(copy_queue::capacity) +
+                                           " cp.async copies in flight in one thread" + at);
+  }
+  if (q.empty()) q.first = site{file, line, "cp.async"};
+  landing& l = q.copies[q.tail % copy_queue::capacity];
+  l.dst = dst;
+  l.size = size;
   std::memcpy(l.bytes, src, size);
-  if (t->uncommitted.empty() && t->groups.empty()) t->first_copy = site{file, line, "cp.async"};
-  t->uncommitted.push_back(l);
+  q.group[q.tail % copy_queue::capacity] = q.next_group;
+  ++q.tail;
 }
 
 void async_copy_commit() {
   cuda_thread* t = running_thread();
   if (t == nullptr) outside_kernel("__pipeline_commit", "?", 0);
-  t->groups.push_back(std::move(t->uncommitted));
-  t->uncommitted.clear();
+  ++t->copies.next_group;
 }
 
 std::size_t async_copy_complete(std::size_t keep, landing* out, std::size_t capacity) {
   cuda_thread* t = running_thread();
   if (t == nullptr) outside_kernel("__pipeline_wait_prior", "?", 0);
+  copy_queue& q = t->copies;
+  // Committed groups are 0 .. next_group - 1; all but the newest `keep` complete.
   std::size_t n = 0;
-  while (t->groups.size() > keep && n < capacity) {
-    std::vector<landing>& oldest = t->groups.front();
-    while (!oldest.empty() && n < capacity) {
-      out[n++] = oldest.front();
-      oldest.erase(oldest.begin());
-    }
-    if (oldest.empty()) t->groups.pop_front();
+  while (!q.empty() && n < capacity && q.group[q.head % copy_queue::capacity] + keep < q.next_group) {
+    out[n++] = q.copies[q.head % copy_queue::capacity];
+    ++q.head;
   }
+  if (!q.empty()) q.first = site{"(a later copy)", 0, "cp.async"};
   return n;
 }
 
