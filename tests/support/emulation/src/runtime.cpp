@@ -976,6 +976,22 @@ cudaError_t cudaDeviceSynchronize() {
   return rt().sticky != cudaSuccess ? fail(rt().sticky) : cudaSuccess;
 }
 
+cudaError_t cudaDeviceReset() {
+  EMU_LOCK;
+  // The context's sticky error and its queued work are gone; memory stays mapped (freed blocks
+  // stay inaccessible), so a stale pointer still faults instead of aliasing new memory.
+  for (auto& s : rt().streams) {
+    while (!s->pending.empty()) {
+      if (s->pending.front().worker != nullptr) s->pending.front().worker->join();
+      s->pending.pop_front();
+      ++s->executed;
+    }
+  }
+  rt().sticky = cudaSuccess;
+  last_error = cudaSuccess;
+  return cudaSuccess;
+}
+
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int) {
   EMU_LOCK;
   EMU_STICKY;
