@@ -54,6 +54,7 @@ struct cuda_thread {
   int lane = 0;
   run_state state = run_state::ready;
   site waiting;
+  std::uint64_t barriers = 0;  // __syncthreads passed
   copy_queue copies;
 };
 
@@ -84,7 +85,11 @@ struct block_state {
 
 // The host thread's executor: its fibers, shared memory and the block it runs now.
 struct executor {
-  std::vector<std::unique_ptr<fiber>> fibers;
+  // Under ThreadSanitizer consecutive blocks alternate between two sets of fibers (and stacks),
+  // so thread i of one block and thread i of the next are different threads to it: a race
+  // between blocks is reported, and stack reuse is ordered within a set.
+  std::vector<std::unique_ptr<fiber>> pools[2];
+  std::vector<std::unique_ptr<fiber>>* fibers = &pools[0];
   unsigned char* shared_map = nullptr;
   block_state block;
   cuda_thread* current = nullptr;
@@ -125,7 +130,10 @@ std::string describe(const cuda_thread& t) {
   return buffer;
 }
 
-[[noreturn]] void fault_here(cudaError_t code, const std::string& message) {
+// A device-side error: the report, then the thread leaves for good (the launch fails). In two
+// steps, so that the report's temporaries are destroyed before the thread's stack is abandoned
+// (LeakSanitizer would count them).
+void record_fault(cudaError_t code, const std::string& message) {
   executor& e = *this_executor;
   cuda_thread* t = e.current;
   const launch_request& r = *e.block.request;
@@ -136,16 +144,26 @@ std::string describe(const cuda_thread& t) {
                cudaGetErrorName(code));
   set_sticky_error(code);
   e.block.faulted = true;
-  e.fibers[static_cast<std::size_t>(t->linear)]->yield(/*finished=*/true);
+}
+
+[[noreturn]] void leave_faulted_thread() {
+  executor& e = *this_executor;
+  (*e.fibers)[static_cast<std::size_t>(e.current->linear)]->yield(/*finished=*/true);
   std::abort();  // never resumed
 }
+
+#define EMU_FAULT(code, message)  \
+  do {                            \
+    record_fault(code, message);  \
+    leave_faulted_thread();       \
+  } while (0)
 
 std::string where(const site& s) {
   return std::string(s.what) + " at " + s.file + ":" + std::to_string(s.line);
 }
 
 fiber& fiber_of(const cuda_thread& t) {
-  return *this_executor->fibers[static_cast<std::size_t>(t.linear)];
+  return *(*this_executor->fibers)[static_cast<std::size_t>(t.linear)];
 }
 
 // A thread that finishes while others of its block or warp wait for it: the barrier could
@@ -153,17 +171,17 @@ fiber& fiber_of(const cuda_thread& t) {
 void check_exit(cuda_thread& t) {
   block_state& b = this_executor->block;
   if (!t.copies.empty()) {
-    fault_here(cudaErrorLaunchFailure,
+    EMU_FAULT(cudaErrorLaunchFailure,
                std::to_string(t.copies.tail - t.copies.head) + " cp.async copies (the first " +
                    where(t.copies.first) + ") were never waited for when the thread finished");
   }
   if (b.arrived > 0) {
-    fault_here(cudaErrorLaunchFailure, "the thread finished while others of its block wait at " +
+    EMU_FAULT(cudaErrorLaunchFailure, "the thread finished while others of its block wait at " +
                                            where(b.at) + " (a divergent __syncthreads)");
   }
   warp_state& w = b.warps[static_cast<std::size_t>(t.warp)];
   if (w.arrived > 0) {
-    fault_here(cudaErrorLaunchFailure,
+    EMU_FAULT(cudaErrorLaunchFailure,
                "the thread finished while lanes of its warp wait at " + where(w.at));
   }
 }
@@ -209,6 +227,7 @@ bool run_block(executor& e, const launch_request& r, uint3 block_idx) {
     cuda_thread& t = b.threads[static_cast<std::size_t>(i)];
     t.state = run_state::ready;
     t.waiting = site{};
+    t.barriers = 0;
     t.copies.reset();
     t.linear = i;
     t.warp = i / 32;
@@ -219,7 +238,7 @@ bool run_block(executor& e, const launch_request& r, uint3 block_idx) {
     t.b.block_idx = block_idx;
     t.b.block_dim = bd;
     t.b.grid_dim = r.grid;
-    e.fibers[static_cast<std::size_t>(i)]->start(&thread_main, &t);
+    (*e.fibers)[static_cast<std::size_t>(i)]->start(&thread_main, &t);
   }
   int done = 0;
   while (done < count) {
@@ -229,7 +248,7 @@ bool run_block(executor& e, const launch_request& r, uint3 block_idx) {
       cuda_thread& t = b.threads[static_cast<std::size_t>(i)];
       if (t.state == run_state::ready) {
         e.current = &t;
-        e.fibers[static_cast<std::size_t>(i)]->resume();
+        (*e.fibers)[static_cast<std::size_t>(i)]->resume();
         e.current = nullptr;
         progressed = true;
         if (b.faulted) return false;
@@ -247,6 +266,21 @@ bool run_block(executor& e, const launch_request& r, uint3 block_idx) {
       std::fprintf(stderr,
                    "gpubatch emulated device: deadlock in the kernel launched at %s:%d:%s\n",
                    r.file, r.line, waits.c_str());
+      set_sticky_error(cudaErrorLaunchFailure);
+      return false;
+    }
+  }
+  // Threads that finished before others reached a barrier: CUDA C++ requires every thread of
+  // the block to reach each __syncthreads (hardware happens to release a barrier that the
+  // exited threads never reach; code that relies on it is undefined).
+  for (const cuda_thread& t : b.threads) {
+    if (t.barriers != b.threads.front().barriers) {
+      std::fprintf(stderr,
+                   "gpubatch emulated device: divergent __syncthreads in the kernel launched at "
+                   "%s:%d: %s passed %llu barriers, %s passed %llu\n",
+                   r.file, r.line, describe(b.threads.front()).c_str(),
+                   static_cast<unsigned long long>(b.threads.front().barriers),
+                   describe(t).c_str(), static_cast<unsigned long long>(t.barriers));
       set_sticky_error(cudaErrorLaunchFailure);
       return false;
     }
@@ -283,7 +317,7 @@ void* dynamic_shared(std::size_t alignment, const char* file, int line) {
   if (t == nullptr) outside_kernel("dynamic shared memory", file, line);
   block_state& b = this_executor->block;
   if (reinterpret_cast<std::uintptr_t>(b.shared) % alignment != 0) {
-    fault_here(cudaErrorMisalignedAddress, "dynamic shared memory is not aligned to " +
+    EMU_FAULT(cudaErrorMisalignedAddress, "dynamic shared memory is not aligned to " +
                                                std::to_string(alignment) + " bytes at " + file +
                                                ":" + std::to_string(line));
   }
@@ -298,10 +332,11 @@ void syncthreads(const char* file, int line) {
   if (b.arrived == 0) {
     b.at = here;
   } else if (!b.at.same(here)) {
-    fault_here(cudaErrorLaunchFailure, "divergent __syncthreads: this thread is at " + where(here) +
+    EMU_FAULT(cudaErrorLaunchFailure, "divergent __syncthreads: this thread is at " + where(here) +
                                            ", others of its block wait at " + where(b.at));
   }
   const unsigned generation = b.generation;
+  ++t->barriers;
   tsan_release(&b.barrier_tokens[generation % 2]);
   if (++b.arrived == b.live) {
     b.arrived = 0;
@@ -319,7 +354,7 @@ void syncthreads(const char* file, int line) {
 
 void trap(const char* file, int line) {
   if (running_thread() == nullptr) outside_kernel("__trap", file, line);
-  fault_here(cudaErrorLaunchFailure,
+  EMU_FAULT(cudaErrorLaunchFailure,
              std::string("__trap() at ") + file + ":" + std::to_string(line));
 }
 
@@ -330,13 +365,13 @@ const void* const* warp_exchange(const void* payload, std::size_t bytes, const c
   warp_state& w = this_executor->block.warps[static_cast<std::size_t>(t->warp)];
   const site here{file, line, what};
   if (whole_warp && w.lanes != 32) {
-    fault_here(cudaErrorIllegalInstruction, where(here) + " needs a whole warp; this warp has " +
+    EMU_FAULT(cudaErrorIllegalInstruction, where(here) + " needs a whole warp; this warp has " +
                                                 std::to_string(w.lanes) + " threads");
   }
   if (w.arrived == 0) {
     w.at = here;
   } else if (!w.at.same(here)) {
-    fault_here(cudaErrorIllegalInstruction, "divergent warp: this lane is at " + where(here) +
+    EMU_FAULT(cudaErrorIllegalInstruction, "divergent warp: this lane is at " + where(here) +
                                                 ", others of its warp wait at " + where(w.at));
   }
   if (bytes > 32) std::abort();
@@ -346,7 +381,7 @@ const void* const* warp_exchange(const void* payload, std::size_t bytes, const c
   tsan_release(&w.tokens[buffer]);
   if (++w.arrived == w.live) {
     if (whole_warp && w.live != 32) {
-      fault_here(cudaErrorIllegalInstruction,
+      EMU_FAULT(cudaErrorIllegalInstruction,
                  where(here) + " needs all 32 lanes; some have finished");
     }
     w.arrived = 0;
@@ -377,7 +412,7 @@ void device_fault(cudaError_t code, const char* file, int line, const char* form
   std::vsnprintf(message, sizeof message, format, args);
   va_end(args);
   if (running_thread() == nullptr) outside_kernel(message, file, line);
-  fault_here(code, std::string(message) + " at " + file + ":" + std::to_string(line));
+  EMU_FAULT(code, std::string(message) + " at " + file + ":" + std::to_string(line));
 }
 
 bool is_shared(const void* p, std::size_t bytes) {
@@ -392,27 +427,27 @@ bool is_global(const void* p, std::size_t bytes) { return memory_kind(p, bytes) 
 void async_copy_issue(void* dst, const void* src, std::size_t size, const char* file, int line) {
   cuda_thread* t = running_thread();
   if (t == nullptr) outside_kernel("__pipeline_memcpy_async", file, line);
-  const std::string at = std::string(" at ") + file + ":" + std::to_string(line);
+  const auto at = [&] { return std::string(" at ") + file + ":" + std::to_string(line); };
   if (size != 4 && size != 8 && size != 16) {
-    fault_here(cudaErrorInvalidValue, "cp.async of " + std::to_string(size) +
-                                          " bytes (4, 8 or 16 only)" + at);
+    EMU_FAULT(cudaErrorInvalidValue, "cp.async of " + std::to_string(size) +
+                                          " bytes (4, 8 or 16 only)" + at());
   }
   if (reinterpret_cast<std::uintptr_t>(dst) % size != 0 ||
       reinterpret_cast<std::uintptr_t>(src) % size != 0) {
-    fault_here(cudaErrorMisalignedAddress, "cp.async of " + std::to_string(size) +
-                                               " bytes with a misaligned address" + at);
+    EMU_FAULT(cudaErrorMisalignedAddress, "cp.async of " + std::to_string(size) +
+                                               " bytes with a misaligned address" + at());
   }
   if (!is_shared(dst, size)) {
-    fault_here(cudaErrorIllegalAddress,
-               "cp.async destination is not in the block's dynamic shared memory" + at);
+    EMU_FAULT(cudaErrorIllegalAddress,
+               "cp.async destination is not in the block's dynamic shared memory" + at());
   }
   if (!is_global(src, size)) {
-    fault_here(cudaErrorIllegalAddress, "cp.async source is not in device memory" + at);
+    EMU_FAULT(cudaErrorIllegalAddress, "cp.async source is not in device memory" + at());
   }
   copy_queue& q = t->copies;
   if (q.tail - q.head == copy_queue::capacity) {
-    fault_here(cudaErrorLaunchFailure, "more than " + std::to_string(copy_queue::capacity) +
-                                           " cp.async copies in flight in one thread" + at);
+    EMU_FAULT(cudaErrorLaunchFailure, "more than " + std::to_string(copy_queue::capacity) +
+                                           " cp.async copies in flight in one thread" + at());
   }
   if (q.empty()) q.first = site{file, line, "cp.async"};
   landing& l = q.copies[q.tail % copy_queue::capacity];
@@ -447,8 +482,11 @@ bool run_grid(const launch_request& r, const device_model&) {
   executor& e = local_executor();
   block_state& b = e.block;
   const int count = static_cast<int>(r.block.x * r.block.y * r.block.z);
-  while (static_cast<int>(e.fibers.size()) < count) {
-    e.fibers.push_back(std::make_unique<fiber>(fiber_stack_bytes));
+  const int pools = tsan_active() ? 2 : 1;
+  for (int p = 0; p < pools; ++p) {
+    while (static_cast<int>(e.pools[p].size()) < count) {
+      e.pools[p].push_back(std::make_unique<fiber>(fiber_stack_bytes));
+    }
   }
   b.threads.resize(static_cast<std::size_t>(count));
   b.request = &r;
@@ -459,15 +497,17 @@ bool run_grid(const launch_request& r, const device_model&) {
   asan_unpoison(e.shared_map, shared_capacity);
   asan_poison(b.shared + r.dynamic_shared, rounded - r.dynamic_shared);
   bool ok = true;
+  std::uint64_t block = 0;
   for (unsigned z = 0; z < r.grid.z && ok; ++z) {
     for (unsigned y = 0; y < r.grid.y && ok; ++y) {
       for (unsigned x = 0; x < r.grid.x && ok; ++x) {
+        e.fibers = &e.pools[block++ % static_cast<std::uint64_t>(pools)];
         ok = run_block(e, r, uint3{x, y, z});
       }
     }
   }
   if (!ok) {
-    for (auto& f : e.fibers) f->abandon();
+    for (auto& f : *e.fibers) f->abandon();
   }
   tsan_acquire(&e.grid_end_token);
   b.request = nullptr;

@@ -30,7 +30,7 @@ void gpubatch_emu_fiber_trampoline();
 }
 
 asm(R"(
-  .text
+  .pushsection .text
   .globl gpubatch_emu_switch_stack
   .type gpubatch_emu_switch_stack,@function
 gpubatch_emu_switch_stack:
@@ -60,10 +60,14 @@ gpubatch_emu_switch_stack:
   .globl gpubatch_emu_fiber_trampoline
   .type gpubatch_emu_fiber_trampoline,@function
 gpubatch_emu_fiber_trampoline:
+  .cfi_startproc
+  .cfi_undefined rip
   movq %r12, %rdi
   callq *%r13
   ud2
+  .cfi_endproc
   .size gpubatch_emu_fiber_trampoline, .-gpubatch_emu_fiber_trampoline
+  .popsection
 )");
 
 namespace gpubatch_emu {
@@ -142,6 +146,10 @@ void fiber::yield(bool finished) {
 
 void fiber::abandon() {
   asan_unpoison(stack_, stack_bytes_);  // frames that never returned leave their redzones
+  if (tsan_fiber_ != nullptr) {         // and their calls on ThreadSanitizer's shadow stack
+    __tsan_destroy_fiber(tsan_fiber_);
+    tsan_fiber_ = __tsan_create_fiber(0);
+  }
   sp_ = nullptr;
 }
 

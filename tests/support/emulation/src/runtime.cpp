@@ -85,6 +85,7 @@ struct allocation {
   space kind = space::device;
   int device = 0;
   bool freed = false;
+  bool free_queued = false;  // cudaFreeAsync called, not yet reached by its stream
 };
 
 struct stream_state;
@@ -97,6 +98,7 @@ struct op {
   bool host_function = false;
   std::shared_ptr<std::thread> worker;
   std::shared_ptr<std::atomic<bool>> finished;
+  std::uint64_t sequence = 0;  // the stream's work count once it completes
 };
 
 struct stream_state {
@@ -243,6 +245,11 @@ void release_block(allocation& a) {
   }
 }
 
+struct sigaction& previous_segv_action() {
+  static struct sigaction previous {};
+  return previous;
+}
+
 // What a fault address was, for the report of a crash in emulated memory.
 void describe_fault(int, siginfo_t* info, void*) {
   const void* p = info->si_addr;
@@ -262,8 +269,9 @@ void describe_fault(int, siginfo_t* info, void*) {
                  what, p, static_cast<void*>(a->user), a->bytes);
   }
   describe_crash(p);
-  signal(SIGSEGV, SIG_DFL);
-  raise(SIGSEGV);
+  // The previous handler (the sanitizers', or the default) reports the fault again when the
+  // faulting instruction runs again.
+  sigaction(SIGSEGV, &previous_segv_action(), nullptr);
 }
 
 void install_fault_report() {
@@ -271,7 +279,7 @@ void install_fault_report() {
     struct sigaction sa {};
     sa.sa_sigaction = &describe_fault;
     sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
-    sigaction(SIGSEGV, &sa, nullptr);
+    sigaction(SIGSEGV, &sa, &previous_segv_action());
     return true;
   }();
   (void)installed;
@@ -312,27 +320,39 @@ bool advance(stream_state* s, std::uint64_t work, bool wait) {
 // Completes the stream's oldest work (after what it waits for); false if, not waiting, that
 // work could not finish yet.
 bool step(stream_state* s, bool wait) {
-  op& o = s->pending.front();
-  for (const auto& [other, work] : o.after) {
+  const std::uint64_t sequence = s->pending.front().sequence;
+  const auto after = s->pending.front().after;
+  for (const auto& [other, work] : after) {
     if (!advance(other, work, wait)) return false;
   }
-  if (rt().sticky == cudaSuccess) {
-    if (o.host_function) {
-      if (o.worker == nullptr) {
-        o.finished = std::make_shared<std::atomic<bool>>(false);
-        o.worker = std::make_shared<std::thread>([run = o.run, finished = o.finished] {
-          run();
-          finished->store(true);
-        });
+  // Waiting for a host function lets go of the lock: another thread may have run this op.
+  if (s->pending.empty() || s->pending.front().sequence != sequence) return true;
+  op& o = s->pending.front();
+  if (o.host_function && rt().sticky == cudaSuccess && o.worker == nullptr) {
+    o.finished = std::make_shared<std::atomic<bool>>(false);
+    o.worker = std::make_shared<std::thread>([run = o.run, finished = o.finished] {
+      run();
+      finished->store(true);
+    });
+  }
+  if (o.worker != nullptr) {
+    if (!o.finished->load()) {
+      if (!wait) return false;
+      // Wait without the runtime's lock, as the driver does: the host function may wait for
+      // another host thread, which may call the runtime meanwhile.
+      const auto finished = o.finished;
+      const int depth = runtime_mutex().release_all();
+      while (!finished->load()) std::this_thread::sleep_for(std::chrono::microseconds(50));
+      runtime_mutex().reacquire(depth);
+      if (s->pending.empty() || s->pending.front().sequence != sequence) {
+        return true;  // another thread completed it meanwhile
       }
-      if (!wait && !o.finished->load()) return false;
-      o.worker->join();
-    } else {
-      device_access access;
-      o.run();
     }
-  } else if (o.worker != nullptr) {
-    o.worker->join();
+    op& done = s->pending.front();
+    if (done.worker->joinable()) done.worker->join();
+  } else if (rt().sticky == cudaSuccess) {
+    device_access access;
+    o.run();
   }
   s->pending.pop_front();
   ++s->executed;
@@ -365,8 +385,8 @@ void submit(stream_state* s, std::function<void()> run) {
     stream_state* legacy = rt().legacy_streams[static_cast<std::size_t>(s->device)];
     o.after.emplace_back(legacy, legacy->submitted);
   }
+  o.sequence = ++s->submitted;
   s->pending.push_back(std::move(o));
-  ++s->submitted;
 }
 
 bool complete(const event_state& e) { return e.stream == nullptr || e.stream->executed >= e.work; }
@@ -447,15 +467,11 @@ cudaError_t copy(const region& r, cudaMemcpyKind kind, cudaStream_t stream, bool
     return fail(cudaErrorInvalidValue);
   }
   stream_state* s = resolve(stream);
-  if (synchronous || dst == 'h' || src == 'h') {
-    run_until(s, s->submitted);
-    if (synchronous && s->legacy) run_all();
-    if (rt().sticky != cudaSuccess) return fail(rt().sticky);
-    device_access access;
-    copy_rows(r);
-    return cudaSuccess;
-  }
   submit(s, [r] { copy_rows(r); });
+  if (synchronous || dst == 'h' || src == 'h') {
+    run_until(s, s->submitted);  // with what the stream (the legacy one: blocking ones) waits for
+    if (rt().sticky != cudaSuccess) return fail(rt().sticky);
+  }
   return cudaSuccess;
 }
 
@@ -475,8 +491,40 @@ const device_model* device_at(int ordinal) {
 }
 int device_count() { return static_cast<int>(devices().size()); }
 
-std::recursive_mutex& runtime_mutex() {
-  static std::recursive_mutex* m = new std::recursive_mutex();
+void runtime_lock::lock() {
+  const std::thread::id me = std::this_thread::get_id();
+  if (owner_.load() == me) {
+    ++depth_;
+    return;
+  }
+  mutex_.lock();
+  owner_.store(me);
+  depth_ = 1;
+}
+
+void runtime_lock::unlock() {
+  if (--depth_ == 0) {
+    owner_.store(std::thread::id{});
+    mutex_.unlock();
+  }
+}
+
+int runtime_lock::release_all() {
+  const int depth = depth_;
+  depth_ = 0;
+  owner_.store(std::thread::id{});
+  mutex_.unlock();
+  return depth;
+}
+
+void runtime_lock::reacquire(int depth) {
+  mutex_.lock();
+  owner_.store(std::this_thread::get_id());
+  depth_ = depth;
+}
+
+runtime_lock& runtime_mutex() {
+  static runtime_lock* m = new runtime_lock();
   return *m;
 }
 
@@ -504,7 +552,7 @@ int register_compiled_arch(int arch) {
 int compiled_arch() { return compiled_arch_value() != 0 ? compiled_arch_value() : 90; }
 
 cudaError_t submit_launch(launch_request request) {
-  std::lock_guard<std::recursive_mutex> lock(runtime_mutex());
+  std::lock_guard<runtime_lock> lock(runtime_mutex());
   install_fault_report();
   if (rt().sticky != cudaSuccess) return fail(rt().sticky);
   const device_model& device = *device_at(current_device);
@@ -544,7 +592,7 @@ extern "C" const char* __ubsan_default_options() { return "print_stacktrace=1"; 
 
 using namespace gpubatch_emu;
 
-#define EMU_LOCK std::lock_guard<std::recursive_mutex> emu_lock(runtime_mutex())
+#define EMU_LOCK std::lock_guard<runtime_lock> emu_lock(runtime_mutex())
 #define EMU_STICKY                                       \
   do {                                                   \
     if (rt().sticky != cudaSuccess) return fail(rt().sticky); \
@@ -777,13 +825,14 @@ cudaError_t cudaMallocAsync(void** p, std::size_t bytes, cudaStream_t) {
 static cudaError_t free_device(void* p, cudaStream_t stream, bool synchronous) {
   if (p == nullptr) return cudaSuccess;
   allocation* a = find(p);
-  if (a == nullptr || a->kind != space::device || a->user != p) {
+  if (a == nullptr || a->kind != space::device || a->user != p || a->free_queued) {
     return fail(cudaErrorInvalidValue);
   }
+  a->free_queued = true;
   if (synchronous) {
-    run_all();
+    run_all();  // cudaFree synchronises the device
     EMU_STICKY;
-    release_block(*a);
+    release_block(rt().allocations.at(reinterpret_cast<std::uintptr_t>(p)));
     return cudaSuccess;
   }
   // The free happens when the stream reaches it: memory freed on one stream while another
@@ -923,7 +972,8 @@ cudaError_t cudaMemset(void* dst, int value, std::size_t bytes) {
   EMU_LOCK;
   const cudaError_t e = cudaMemsetAsync(dst, value, bytes, nullptr);
   if (e != cudaSuccess) return e;
-  run_all();
+  stream_state* legacy = resolve(nullptr);
+  run_until(legacy, legacy->submitted);
   return rt().sticky != cudaSuccess ? fail(rt().sticky) : cudaSuccess;
 }
 
@@ -944,9 +994,8 @@ cudaError_t cudaStreamCreate(cudaStream_t* stream) { return cudaStreamCreateWith
 cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   EMU_LOCK;
   if (stream == nullptr) return fail(cudaErrorInvalidResourceHandle);
-  // Work queued on a destroyed stream still completes.
-  stream_state* s = resolve(stream);
-  run_until(s, s->submitted);
+  // As in CUDA the call returns at once; work queued on the stream still completes when a
+  // synchronisation forces it (the stream's state is kept for that).
   return cudaSuccess;
 }
 
@@ -1001,8 +1050,8 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
   op o;
   o.run = [] {};
   if (e->stream != nullptr) o.after.emplace_back(e->stream, e->work);
+  o.sequence = ++s->submitted;
   s->pending.push_back(std::move(o));
-  ++s->submitted;
   return cudaSuccess;
 }
 

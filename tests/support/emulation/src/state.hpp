@@ -5,7 +5,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <atomic>
 #include <mutex>
+#include <thread>
 
 namespace gpubatch_emu {
 
@@ -27,8 +29,22 @@ struct device_model {
 const device_model* device_at(int ordinal);
 int device_count();
 
-/// The runtime's lock: every API call and all queued work run under it.
-std::recursive_mutex& runtime_mutex();
+/// The runtime's lock: every API call and all queued work run under it. Recursive, and a
+/// thread that must wait for a host function can let go of it entirely.
+class runtime_lock {
+ public:
+  void lock();
+  void unlock();
+  /// Releases every level this thread holds; reacquire() takes them back.
+  int release_all();
+  void reacquire(int depth);
+
+ private:
+  std::mutex mutex_;
+  std::atomic<std::thread::id> owner_{};
+  int depth_ = 0;
+};
+runtime_lock& runtime_mutex();
 
 /// Runs one launch (all blocks, in order); false after a device fault (the runtime's sticky
 /// error is set).
