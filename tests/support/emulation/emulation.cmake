@@ -19,7 +19,8 @@ target_include_directories(gpubatch_emulation
          "$<TARGET_PROPERTY:gpubatch,INTERFACE_INCLUDE_DIRECTORIES>"
          ${CUDAToolkit_INCLUDE_DIRS})
 target_compile_features(gpubatch_emulation PUBLIC cxx_std_17)
-target_compile_options(gpubatch_emulation PRIVATE -O2 -g -Wall -Wextra)
+target_compile_options(gpubatch_emulation PRIVATE -O2 -g -Wall -Wextra
+                                                  -fno-tree-loop-distribute-patterns)
 # The fiber switch returns to addresses no call pushed: it cannot take part in shadow stacks.
 set_source_files_properties("${GPUBATCH_EMULATION_DIR}/src/fiber.cpp" PROPERTIES
                             COMPILE_OPTIONS "-fcf-protection=none")
@@ -36,12 +37,13 @@ add_library(gpubatch_test_main_emulated OBJECT "${PROJECT_SOURCE_DIR}/tests/supp
 target_link_libraries(gpubatch_test_main_emulated PUBLIC gpubatch_emulation Catch2::Catch2
                                                          gpubatch_dev_options)
 
-# gpubatch_add_emulated_test(<target> <file.cu> [DEVICES <list>] [ARCH <sm>])
+# gpubatch_add_emulated_test(<target> <file.cu> [DEVICES <list>] [ARCH <sm>]
+#                            [PROPERTIES <test properties>...])
 # Compiles <file.cu> as C++ for the emulated device and registers its test cases with the label
 # "emulated". DEVICES names the emulated devices (GPUBATCH_EMULATED_DEVICES, default h100);
 # ARCH the architecture the kernels count as compiled for (default 90).
 function(gpubatch_add_emulated_test target source)
-  cmake_parse_arguments(ARG "" "DEVICES;ARCH" "" ${ARGN})
+  cmake_parse_arguments(ARG "" "DEVICES;ARCH" "PROPERTIES" ${ARGN})
   get_filename_component(source "${source}" ABSOLUTE)
   set(wrapper "${CMAKE_CURRENT_BINARY_DIR}/emulated/${target}.cpp")
   file(GENERATE OUTPUT "${wrapper}" CONTENT "#include \"${source}\"\n")
@@ -57,7 +59,7 @@ function(gpubatch_add_emulated_test target source)
     target_compile_definitions(${target} PRIVATE GPUBATCH_EMULATION_ARCH=${ARG_ARCH})
   endif()
   target_link_libraries(${target} PRIVATE gpubatch_emulation Catch2::Catch2 gpubatch_dev_options)
-  set(properties LABELS emulated)
+  set(properties LABELS emulated ${ARG_PROPERTIES})
   if(ARG_DEVICES)
     list(APPEND properties ENVIRONMENT "GPUBATCH_EMULATED_DEVICES=${ARG_DEVICES}")
   endif()
