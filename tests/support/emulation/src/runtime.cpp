@@ -38,10 +38,10 @@ constexpr std::size_t default_shared_per_block = 48 * 1024;
 constexpr std::size_t emulated_memory = std::size_t{2} << 30;
 
 const device_model models[] = {
-    {"h100", 9, 0, 132, 232448, 233472, 50 << 20, 2619000, 5120, emulated_memory},
-    {"a100", 8, 0, 108, 166912, 167936, 40 << 20, 1593000, 5120, emulated_memory},
-    {"sm86", 8, 6, 82, 101376, 102400, 6 << 20, 9751000, 384, emulated_memory},
-    {"sm75", 7, 5, 40, 65536, 65536, 4 << 20, 5001000, 256, emulated_memory},
+    {"h100", 9, 0, 132, 2048, 232448, 233472, 50 << 20, 2619000, 5120, emulated_memory},
+    {"a100", 8, 0, 108, 2048, 166912, 167936, 40 << 20, 1593000, 5120, emulated_memory},
+    {"sm86", 8, 6, 82, 1536, 101376, 102400, 6 << 20, 9751000, 384, emulated_memory},
+    {"sm75", 7, 5, 40, 1024, 65536, 65536, 4 << 20, 5001000, 256, emulated_memory},
 };
 
 std::vector<const device_model*> load_devices() {
@@ -699,7 +699,7 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) 
     case cudaDevAttrMaxSharedMemoryPerBlock: *value = static_cast<int>(default_shared_per_block); break;
     case cudaDevAttrMaxSharedMemoryPerMultiprocessor: *value = d->shared_per_multiprocessor; break;
     case cudaDevAttrMaxThreadsPerBlock: *value = 1024; break;
-    case cudaDevAttrMaxThreadsPerMultiProcessor: *value = d->major >= 8 && d->minor == 0 ? 2048 : (d->major == 9 ? 2048 : 1536); break;
+    case cudaDevAttrMaxThreadsPerMultiProcessor: *value = d->threads_per_multiprocessor; break;
     case cudaDevAttrWarpSize: *value = 32; break;
     case cudaDevAttrMaxGridDimX: *value = 0x7fffffff; break;
     case cudaDevAttrMaxGridDimY:
@@ -737,6 +737,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
   prop->major = d->major;
   prop->minor = d->minor;
   prop->multiProcessorCount = d->multiprocessors;
+  prop->maxThreadsPerMultiProcessor = d->threads_per_multiprocessor;
   prop->l2CacheSize = d->l2_bytes;
   prop->memoryBusWidth = d->bus_width_bits;
   prop->unifiedAddressing = 1;
@@ -779,7 +780,7 @@ cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, const voi
   if (blocks == nullptr || func == nullptr || block_size <= 0) return fail(cudaErrorInvalidValue);
   const device_model& d = *device_at(current_device);
   // Registers are not known to the emulator: threads, shared memory and the block limit only.
-  const int by_threads = 2048 / block_size;
+  const int by_threads = d.threads_per_multiprocessor / block_size;
   const int by_shared = static_cast<int>(static_cast<std::size_t>(d.shared_per_multiprocessor) /
                                          (dynamic_shared + 1024));
   *blocks = std::max(0, std::min({by_threads, by_shared, 32}));

@@ -16,6 +16,7 @@ struct device_model {
   const char* name;
   int major, minor;
   int multiprocessors;
+  int threads_per_multiprocessor;
   int shared_per_block_optin;  ///< bytes a block may have after opting in
   int shared_per_multiprocessor;
   int l2_bytes;
