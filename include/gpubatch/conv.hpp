@@ -43,7 +43,7 @@
 #include <gpubatch/detail/conv/dispatch.cuh>
 #endif
 
-namespace gpubatch {
+GPUBATCH_NAMESPACE_BEGIN
 
 namespace detail::conv {
 using detail::scalar_t;
@@ -221,4 +221,4 @@ template <class Policy = void, class Exec, class TX, class TW, class TY>
   }
 }
 
-}  // namespace gpubatch
+GPUBATCH_NAMESPACE_END

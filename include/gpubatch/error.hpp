@@ -30,7 +30,7 @@ class cuda_error : public error {
   cuda_error(cudaError_t code, const char* call, const char* file, int line)
       : error(std::string("gpubatch: CUDA error ") + cudaGetErrorName(code) + " (" +
               std::to_string(static_cast<int>(code)) + ", " + cudaGetErrorString(code) +
-              ") in `" + call + "` at " + file + ":" + std::to_string(line)),
+              ") in `" + call + "` at " + file + ":" + std::to_string(line) + hint(code)),
         code_(code) {}
 
   /// @brief The CUDA error code.
@@ -39,6 +39,25 @@ class cuda_error : public error {
   [[nodiscard]] const char* name() const noexcept { return cudaGetErrorName(code_); }
 
  private:
+  // What to do when the machine has no usable GPU: the raw driver message does not say.
+  static const char* hint(cudaError_t code) noexcept {
+    switch (code) {
+      case cudaErrorInsufficientDriver:
+      case cudaErrorNoDevice:
+      case cudaErrorInvalidDevice:
+      case cudaErrorDevicesUnavailable:
+        return ". No usable CUDA device: run on the host backend (gpubatch::on_host), or let "
+               "gpubatch::with_best_available pick the backend";
+      case cudaErrorNoKernelImageForDevice:
+      case cudaErrorInvalidDeviceFunction:
+        return ". The kernels were not compiled for this GPU: add its architecture to "
+               "CMAKE_CUDA_ARCHITECTURES (nvcc -arch), or let gpubatch::with_best_available "
+               "fall back to the host backend";
+      default:
+        return "";
+    }
+  }
+
   cudaError_t code_;
 };
 
@@ -71,6 +90,17 @@ class out_of_memory : public std::bad_alloc {
         bytes_requested_(bytes_requested),
         bytes_free_(bytes_free) {}
 
+  /// @brief A request whose size in bytes does not fit in std::size_t: `count` elements of
+  /// `element_size` bytes. bytes_requested() is SIZE_MAX.
+  static out_of_memory size_overflow(const char* where, std::size_t count,
+                                     std::size_t element_size) {
+    out_of_memory e(where, static_cast<std::size_t>(-1), 0);
+    e.message_ = std::string("gpubatch: ") + where + " allocation of " + std::to_string(count) +
+                 " elements of " + std::to_string(element_size) +
+                 " bytes: the size in bytes overflows std::size_t (no allocator can satisfy it)";
+    return e;
+  }
+
   [[nodiscard]] const char* what() const noexcept override { return message_.c_str(); }
   /// @brief Size of the failed request in bytes.
   [[nodiscard]] std::size_t bytes_requested() const noexcept { return bytes_requested_; }
@@ -83,6 +113,7 @@ class out_of_memory : public std::bad_alloc {
   std::size_t bytes_free_;
 };
 
+GPUBATCH_ABI_BEGIN
 namespace detail {
 /// Throws cuda_error for a failed call; clears the sticky "last error" so it does not leak
 /// into the next check.
@@ -93,6 +124,7 @@ inline void throw_on_cuda_error(cudaError_t code, const char* call, const char* 
   }
 }
 }  // namespace detail
+GPUBATCH_ABI_END
 
 }  // namespace gpubatch
 

@@ -29,7 +29,7 @@
 #include <gpubatch/detail/gemm/dispatch.cuh>
 #endif
 
-namespace gpubatch {
+GPUBATCH_NAMESPACE_BEGIN
 
 namespace detail {
 template <class TA, class TB, class TC, class Epilogue>
@@ -211,4 +211,4 @@ void gemm_grouped(Exec exec, const grouped_gemm_layout& layouts,
   detail::run_gemm<Policy>(exec, batch, alpha, beta, epilogue, options);
 }
 
-}  // namespace gpubatch
+GPUBATCH_NAMESPACE_END

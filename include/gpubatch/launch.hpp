@@ -11,7 +11,7 @@
 #include <cstddef>
 #include <utility>
 
-namespace gpubatch {
+GPUBATCH_NAMESPACE_BEGIN
 
 /// @brief Where and how wide a kernel runs: the `<<<grid, block, shared_bytes, stream>>>` of a
 /// launch.
@@ -45,4 +45,4 @@ void launch(void (*kernel)(Params...), const launch_config& config, Args&&... ar
 }
 #endif
 
-}  // namespace gpubatch
+GPUBATCH_NAMESPACE_END

@@ -43,6 +43,7 @@ template <class T>
 inline constexpr bool is_supported_element_v<T, std::void_t<typename compute_type<T>::type>> =
     true;
 
+GPUBATCH_ABI_BEGIN
 namespace detail {
 template <class T>
 struct type_identity {
@@ -60,6 +61,7 @@ inline constexpr bool supported_output_v =
     std::is_same_v<Out, In> ? !std::is_same_v<In, std::int8_t>
                             : std::is_same_v<Out, compute_type_t<In>> && !std::is_same_v<In, double>;
 }  // namespace detail
+GPUBATCH_ABI_END
 
 /// @brief Converts between element and compute types, rounding to nearest for half and
 /// bfloat16, in host and device code.

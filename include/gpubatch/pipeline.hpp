@@ -115,6 +115,7 @@ struct chunk_plan {
   bool memory_limited = false;       ///< free device memory, not the policy, set chunk_items
 };
 
+GPUBATCH_ABI_BEGIN
 namespace detail {
 inline chunk_plan make_plan(std::size_t items, std::size_t chunk_items, bool memory_limited) {
   chunk_plan plan;
@@ -166,6 +167,7 @@ template <class Policy = default_pipeline_policy>
   const detail::item_bounds b = detail::split_evenly(items, parts, part);
   return {b.first, b.count};
 }
+GPUBATCH_ABI_END
 
 // ---------------------------------------------------------------------------------------------
 // What the stage sees, what a run reports, how it fails
@@ -339,6 +341,7 @@ class pipeline {
   std::unique_ptr<state> state_;
 };
 
+GPUBATCH_ABI_BEGIN
 /// @brief Runs a pipeline once: builds it, runs `stage` over `input` into `output`, frees it.
 /// `In` and `Out` are deduced from the ranges (std::vector, gpubatch containers, span, ...).
 /// @throws as pipeline's constructor and pipeline::run
@@ -347,6 +350,8 @@ template <class Policy = default_pipeline_policy, class Exec, class InRange, cla
 pipeline_report run_pipeline(Exec exec, item_shape shape, const InRange& input, OutRange& output,
                              Stage&& stage, pipeline_options options = {},
                              const progress_callback& progress = {});
+
+GPUBATCH_ABI_END
 
 /// @brief One measurement of autotune_chunk_items.
 struct autotune_sample {
@@ -362,6 +367,7 @@ struct autotune_result {
   std::vector<autotune_sample> samples;  ///< every size tried, in the order tried
 };
 
+GPUBATCH_ABI_BEGIN
 /// @brief Sweeps chunk sizes on a sample batch and returns the one with the best throughput.
 ///
 /// Each candidate gets its own pipeline, one untimed warm-up run (allocation, first touch) and
@@ -378,6 +384,7 @@ template <class Policy = default_pipeline_policy, class Exec, class InRange, cla
                                                    std::vector<std::size_t> candidates = {},
                                                    int repeats = 3, pipeline_options options = {});
 
+GPUBATCH_ABI_END
 }  // namespace gpubatch
 
 #include <gpubatch/detail/pipeline/pipeline.inl>

@@ -82,7 +82,7 @@ class cuda_event {
       (void)cudaGetLastError();
       return false;
     }
-    GPUBATCH_CUDA_TRY(status);
+    detail::throw_on_cuda_error(status, "cudaEventQuery", __FILE__, __LINE__);
     return true;
   }
 

@@ -156,7 +156,7 @@ class host_registration {
                                            cudaGetErrorName(status) +
                                            "): it is not ordinary host memory");
       }
-      GPUBATCH_CUDA_TRY(status);
+      detail::throw_on_cuda_error(status, "cudaHostRegister", __FILE__, __LINE__);
     }
     data_ = data;
     bytes_ = bytes;
@@ -215,6 +215,7 @@ class host_registration {
   std::size_t bytes_ = 0;
 };
 
+GPUBATCH_ABI_BEGIN
 /// @brief Page-locks `count` elements at `data` in place; see host_registration.
 /// @throws as host_registration's constructor
 template <class Exec, class T>
@@ -240,6 +241,7 @@ template <class Exec, class Container,
 template <class Exec, class Container,
           std::enable_if_t<!std::is_lvalue_reference_v<Container>, int> = 0>
 host_registration register_host(Exec exec, Container&& container) = delete;
+GPUBATCH_ABI_END
 
 // ---------------------------------------------------------------------------------------------
 // Copies
@@ -266,6 +268,7 @@ class stage_through {
 template <class Exec>
 stage_through(pinned_pool<Exec>&) -> stage_through<Exec>;
 
+GPUBATCH_ABI_BEGIN
 namespace detail {
 /// Records the copy's fence on the pooled sides, so their blocks outlive the copy in the pool.
 template <class Exec, class R>
@@ -295,7 +298,9 @@ fence_t<Exec> copy_ranges(Exec exec, Dst& dst, const Src& src, copy_mode mode,
   return fence;
 }
 }  // namespace detail
+GPUBATCH_ABI_END
 
+GPUBATCH_ABI_BEGIN
 /// @brief Copies `src` into `dst` asynchronously on exec's stream; the direction (host to
 /// device, device to host, device to device, pinned to pinned) is deduced from where each side
 /// lives.
@@ -360,10 +365,12 @@ void copy(Exec exec, Dst&& dst, const Src& src) {
     GPUBATCH_CUDA_TRY(cudaStreamSynchronize(exec.stream()));
   }
 }
+GPUBATCH_ABI_END
 
 template <class Dst, class Exec>
 class copy_future;
 
+GPUBATCH_ABI_BEGIN
 namespace detail {
 struct copy_future_access {
   template <class Dst, class Exec>
@@ -372,6 +379,7 @@ struct copy_future_access {
   }
 };
 }  // namespace detail
+GPUBATCH_ABI_END
 
 /// @brief The typed completion handle of a device-to-host copy: it owns the destination, and
 /// hands it out only after synchronising on the copy's fence, so the host cannot read data that
@@ -457,6 +465,7 @@ class copy_future {
   fence_t<Exec> fence_;
 };
 
+GPUBATCH_ABI_BEGIN
 namespace detail {
 template <class Exec, class Dst, class Src>
 copy_future<Dst, Exec> copy_to_host(Exec exec, Dst&& dst, const Src& src, copy_mode mode,
@@ -473,7 +482,9 @@ copy_future<Dst, Exec> copy_to_host(Exec exec, Dst&& dst, const Src& src, copy_m
   return copy_future_access::make<Dst, Exec>(std::move(stored), std::move(fence));
 }
 }  // namespace detail
+GPUBATCH_ABI_END
 
+GPUBATCH_ABI_BEGIN
 /// @brief Copies `src` (typically device memory) into `dst`, a host container the handle takes
 /// ownership of, and returns the handle through which alone the host reads the result.
 ///
@@ -533,5 +544,6 @@ void copy_to_host_async(Exec exec, Dst&& dst, Src&& src) = delete;
 template <class Exec, class Dst, class Src,
           std::enable_if_t<detail::is_owning_rvalue_v<Src>, int> = 0>
 void copy_to_host_async(Exec exec, Dst&& dst, Src&& src, stage_through<Exec> staging) = delete;
+GPUBATCH_ABI_END
 
 }  // namespace gpubatch

@@ -19,8 +19,24 @@ TEST_CASE("device_buffer memory is classified as device memory", "[containers]")
 
 TEST_CASE("fill refuses pageable host memory on the CUDA backend", "[containers][fill]") {
   std::vector<float> host(4, 0.0F);
-  CHECK_THROWS_AS(gpubatch::fill(test_backend::exec(), host.data(), host.size(), 1.0F),
-                  gpubatch::invalid_argument);
+  try {
+    gpubatch::fill(test_backend::exec(), host.data(), host.size(), 1.0F);
+    FAIL("no exception");
+  } catch (const gpubatch::invalid_argument& e) {
+    CHECK(e.parameter() == "first");
+  }
+}
+
+TEST_CASE("fill of a device buffer on the host backend names the buffer", "[containers][fill]") {
+  gpubatch::device_buffer<float> buffer(4, test_backend::exec());
+  test_backend::synchronize();
+  try {
+    gpubatch::fill(gpubatch::on_host, buffer, 1.0F);
+    FAIL("no exception");
+  } catch (const gpubatch::invalid_argument& e) {
+    CHECK(e.parameter() == "buffer");
+    CHECK_THAT(e.what(), Catch::Matchers::Contains("host backend cannot write"));
+  }
 }
 
 TEST_CASE("device_buffer::resize on another stream waits for the old stream's work",

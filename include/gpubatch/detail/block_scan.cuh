@@ -10,7 +10,8 @@
 #include <cub/block/block_scan.cuh>
 #endif
 
-namespace gpubatch::detail {
+GPUBATCH_NAMESPACE_BEGIN
+namespace detail {
 
 /// Inclusive sum of one value per thread of a block of `Threads` threads.
 template <class T, int Threads>
@@ -43,4 +44,5 @@ struct block_inclusive_sum {
   }
 };
 
-}  // namespace gpubatch::detail
+}  // namespace detail
+GPUBATCH_NAMESPACE_END

@@ -37,17 +37,22 @@ add_library(gpubatch_test_main_emulated OBJECT "${PROJECT_SOURCE_DIR}/tests/supp
 target_link_libraries(gpubatch_test_main_emulated PUBLIC gpubatch_emulation Catch2::Catch2
                                                          gpubatch_dev_options)
 
-# gpubatch_add_emulated_test(<target> <file.cu> [DEVICES <list>] [ARCH <sm>]
+# gpubatch_add_emulated_test(<target> <file.cu> [DEVICES <list>] [ARCH <sm>] [RUN_WITHOUT_DEVICE]
 #                            [PROPERTIES <test properties>...])
 # Compiles <file.cu> as C++ for the emulated device and registers its test cases with the label
 # "emulated". DEVICES names the emulated devices (GPUBATCH_EMULATED_DEVICES, default h100);
-# ARCH the architecture the kernels count as compiled for (default 90).
+# ARCH the architecture the kernels count as compiled for (default 90). RUN_WITHOUT_DEVICE uses
+# the host tests' runner, for tests of what happens when no device is usable (DEVICES none).
 function(gpubatch_add_emulated_test target source)
-  cmake_parse_arguments(ARG "" "DEVICES;ARCH" "PROPERTIES" ${ARGN})
+  cmake_parse_arguments(ARG "RUN_WITHOUT_DEVICE" "DEVICES;ARCH" "PROPERTIES" ${ARGN})
+  set(runner gpubatch_test_main_emulated)
+  if(ARG_RUN_WITHOUT_DEVICE)
+    set(runner gpubatch_test_main_host)
+  endif()
   get_filename_component(source "${source}" ABSOLUTE)
   set(wrapper "${CMAKE_CURRENT_BINARY_DIR}/emulated/${target}.cpp")
   file(GENERATE OUTPUT "${wrapper}" CONTENT "#include \"${source}\"\n")
-  add_executable(${target} "${wrapper}" $<TARGET_OBJECTS:gpubatch_test_main_emulated>
+  add_executable(${target} "${wrapper}" $<TARGET_OBJECTS:${runner}>
                  $<TARGET_OBJECTS:gpubatch_catch_impl>)
   # The emulation headers (mma.h, cuda_pipeline_primitives.h) come before the toolkit's.
   target_include_directories(${target} BEFORE PRIVATE "${GPUBATCH_EMULATION_DIR}/include")

@@ -12,16 +12,17 @@
 #include <limits>
 #include <new>
 
-namespace gpubatch::detail {
+GPUBATCH_NAMESPACE_BEGIN
+namespace detail {
 
 /// Alignment of host allocations: a cache line, and enough for any vector load.
 inline constexpr std::size_t host_alignment = 64;
 
 /// Bytes for `count` elements of `element_size`; an overflowing request is one no allocator can
-/// satisfy, so it is reported as out_of_memory rather than silently wrapped.
+/// satisfy, so it is reported as out_of_memory (saying it overflowed) rather than wrapped.
 inline std::size_t checked_bytes(std::size_t count, std::size_t element_size, const char* where) {
   if (element_size != 0 && count > std::numeric_limits<std::size_t>::max() / element_size) {
-    throw out_of_memory(where, std::numeric_limits<std::size_t>::max(), 0);
+    throw out_of_memory::size_overflow(where, count, element_size);
   }
   return count * element_size;
 }
@@ -69,7 +70,7 @@ inline void* allocate_pinned(std::size_t bytes) {
     (void)cudaGetLastError();
     throw out_of_memory("pinned host", bytes, host_bytes_free());
   }
-  GPUBATCH_CUDA_TRY(status);
+  throw_on_cuda_error(status, "cudaMallocHost", __FILE__, __LINE__);
   return p;
 }
 
@@ -91,7 +92,7 @@ inline void* allocate_device(std::size_t bytes, cudaStream_t stream) {
     (void)cudaGetLastError();
     throw out_of_memory("device", bytes, device_bytes_free());
   }
-  GPUBATCH_CUDA_TRY(status);
+  throw_on_cuda_error(status, "cudaMallocAsync", __FILE__, __LINE__);
   return p;
 }
 
@@ -113,4 +114,5 @@ inline void deallocate_device(void* p, cudaStream_t stream) noexcept {
   }
 }
 
-}  // namespace gpubatch::detail
+}  // namespace detail
+GPUBATCH_NAMESPACE_END

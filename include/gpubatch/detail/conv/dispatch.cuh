@@ -24,7 +24,8 @@
 #include <string>
 #include <type_traits>
 
-namespace gpubatch::detail::cuda_conv {
+GPUBATCH_NAMESPACE_BEGIN
+namespace detail::cuda_conv {
 
 /// Streaming multiprocessors of the current device.
 inline int sm_count() {
@@ -275,4 +276,5 @@ void dispatch(cudaStream_t stream, const conv::grouped_fprop_batch<TX, TW, TY>& 
                           });
 }
 
-}  // namespace gpubatch::detail::cuda_conv
+}  // namespace detail::cuda_conv
+GPUBATCH_NAMESPACE_END

@@ -23,7 +23,8 @@
 #include <omp.h>
 #endif
 
-namespace gpubatch::detail::host_conv {
+GPUBATCH_NAMESPACE_BEGIN
+namespace detail::host_conv {
 
 using conv::fprop_batch;
 using conv::fprop_gemm;
@@ -413,4 +414,5 @@ void run(host_exec exec, const conv::grouped_fprop_batch<TX, TW, TY>& batch, Com
   }
 }
 
-}  // namespace gpubatch::detail::host_conv
+}  // namespace detail::host_conv
+GPUBATCH_NAMESPACE_END

@@ -30,7 +30,8 @@
 
 GPUBATCH_KERNELS_BEGIN
 
-namespace gpubatch::detail::cuda_conv {
+GPUBATCH_NAMESPACE_BEGIN
+namespace detail::cuda_conv {
 
 /// How a launch divides the reduction: `count` slices of `chunk` elements (a multiple of the K
 /// tile). With count > 1 every slice writes its partial sums to `workspace`, laid out
@@ -248,6 +249,7 @@ GPUBATCH_KERNEL void __launch_bounds__(Threads)
   }
 }
 
-}  // namespace gpubatch::detail::cuda_conv
+}  // namespace detail::cuda_conv
+GPUBATCH_NAMESPACE_END
 
 GPUBATCH_KERNELS_END

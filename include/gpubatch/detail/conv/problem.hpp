@@ -24,7 +24,8 @@
 
 #include <cstdint>
 
-namespace gpubatch::detail::conv {
+GPUBATCH_NAMESPACE_BEGIN
+namespace detail::conv {
 
 /// Extents, parameters and layout of one convolution, with the output extents worked out.
 struct conv2d_geometry {
@@ -287,4 +288,5 @@ struct grouped_fprop_batch {
   }
 };
 
-}  // namespace gpubatch::detail::conv
+}  // namespace detail::conv
+GPUBATCH_NAMESPACE_END

@@ -15,7 +15,8 @@
 #include <string>
 #include <type_traits>
 
-namespace gpubatch::detail::conv {
+GPUBATCH_NAMESPACE_BEGIN
+namespace detail::conv {
 
 template <class TX, class TW, class TY, class Epilogue>
 constexpr void check_types() {
@@ -125,4 +126,5 @@ void check_grouped_problem(const conv2d_problem<TX, TW, TY>& p, index_t index) {
   require("y", p.y);
 }
 
-}  // namespace gpubatch::detail::conv
+}  // namespace detail::conv
+GPUBATCH_NAMESPACE_END

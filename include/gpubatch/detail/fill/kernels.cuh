@@ -13,7 +13,8 @@
 
 GPUBATCH_KERNELS_BEGIN
 
-namespace gpubatch::detail {
+GPUBATCH_NAMESPACE_BEGIN
+namespace detail {
 
 template <class T>
 GPUBATCH_KERNEL void fill_kernel(T* first, std::size_t count, T value) {
@@ -34,6 +35,7 @@ void launch_fill(T* first, std::size_t count, const T& value, cudaStream_t strea
   GPUBATCH_CUDA_TRY(cudaGetLastError());
 }
 
-}  // namespace gpubatch::detail
+}  // namespace detail
+GPUBATCH_NAMESPACE_END
 
 GPUBATCH_KERNELS_END

@@ -21,7 +21,8 @@
 #include <type_traits>
 #include <utility>
 
-namespace gpubatch::detail::cuda_gemm {
+GPUBATCH_NAMESPACE_BEGIN
+namespace detail::cuda_gemm {
 
 /// Compute capability of the current device as 10 * major + minor (e.g. 90).
 inline int current_arch() {
@@ -309,4 +310,5 @@ void dispatch(cudaStream_t stream, const Batch& batch, Compute alpha, Compute be
   }
 }
 
-}  // namespace gpubatch::detail::cuda_gemm
+}  // namespace detail::cuda_gemm
+GPUBATCH_NAMESPACE_END

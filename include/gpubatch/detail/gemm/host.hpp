@@ -17,7 +17,8 @@
 #include <type_traits>
 #include <utility>
 
-namespace gpubatch::detail::host_gemm {
+GPUBATCH_NAMESPACE_BEGIN
+namespace detail::host_gemm {
 
 // Register blocking follows the widest vector the host compiler may use.
 #if defined(__AVX512F__)
@@ -863,4 +864,5 @@ void run(host_exec exec, const Batch& batch, Compute alpha, Compute beta,
   }
 }
 
-}  // namespace gpubatch::detail::host_gemm
+}  // namespace detail::host_gemm
+GPUBATCH_NAMESPACE_END

@@ -29,7 +29,8 @@
 
 GPUBATCH_KERNELS_BEGIN
 
-namespace gpubatch::detail::cuda_gemm {
+GPUBATCH_NAMESPACE_BEGIN
+namespace detail::cuda_gemm {
 
 /// Does nothing: its attributes tell which architecture this translation unit's kernels were
 /// compiled for (dispatch.cuh, code_arch).
@@ -241,6 +242,7 @@ GPUBATCH_KERNEL void __launch_bounds__(Policy::threads)
       });
 }
 
-}  // namespace gpubatch::detail::cuda_gemm
+}  // namespace detail::cuda_gemm
+GPUBATCH_NAMESPACE_END
 
 GPUBATCH_KERNELS_END

@@ -8,7 +8,8 @@
 #include <gpubatch/numeric.hpp>
 #include <gpubatch/views.hpp>
 
-namespace gpubatch::detail {
+GPUBATCH_NAMESPACE_BEGIN
+namespace detail {
 
 GPUBATCH_HOST_DEVICE constexpr index_t ceil_div(index_t a, index_t b) { return (a + b - 1) / b; }
 
@@ -138,4 +139,5 @@ GPUBATCH_HOST_DEVICE constexpr launch_slice slice_of_launch(index_t groups, inde
   return {first, left < per_launch ? left : per_launch};
 }
 
-}  // namespace gpubatch::detail
+}  // namespace detail
+GPUBATCH_NAMESPACE_END

@@ -34,7 +34,8 @@
 #define GPUBATCH_SIMT_TILE_UNROLL
 #endif
 
-namespace gpubatch::detail::simt {
+GPUBATCH_NAMESPACE_BEGIN
+namespace detail::simt {
 
 /// Elements of `Compute` in one 16-byte load (1 when 16 bytes do not hold a whole number of
 /// them, which leaves such types on the element-wise path).
@@ -210,6 +211,7 @@ struct operand_tile {
   }
 };
 
-}  // namespace gpubatch::detail::simt
+}  // namespace detail::simt
+GPUBATCH_NAMESPACE_END
 
 #undef GPUBATCH_SIMT_TILE_UNROLL

@@ -22,7 +22,8 @@
 
 GPUBATCH_KERNELS_BEGIN
 
-namespace gpubatch::detail::tensor_core {
+GPUBATCH_NAMESPACE_BEGIN
+namespace detail::tensor_core {
 
 // The warp-MMA types (TF32 and bf16 above all) exist only from sm_80 on: device passes for
 // older architectures see none of this, and the kernels compile to a trap there.
@@ -247,6 +248,7 @@ GPUBATCH_KERNEL void __launch_bounds__(Policy::threads,
 #endif
 }
 
-}  // namespace gpubatch::detail::tensor_core
+}  // namespace detail::tensor_core
+GPUBATCH_NAMESPACE_END
 
 GPUBATCH_KERNELS_END

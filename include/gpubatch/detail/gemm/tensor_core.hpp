@@ -18,7 +18,8 @@
 #include <cstdint>
 #include <type_traits>
 
-namespace gpubatch::detail::tensor_core {
+GPUBATCH_NAMESPACE_BEGIN
+namespace detail::tensor_core {
 
 /// The MMA shape the tensor-core kernels use for input element type T (16 x 16 x mma_k tiles)
 /// and the accumulate type. f32 runs as TF32 (k = 8); f16, bf16 and int8 use k = 16.
@@ -250,4 +251,5 @@ struct operand_stager {
   }
 };
 
-}  // namespace gpubatch::detail::tensor_core
+}  // namespace detail::tensor_core
+GPUBATCH_NAMESPACE_END

@@ -13,7 +13,8 @@
 #include <cstdint>
 
 
-namespace gpubatch::detail::tile_schedule {
+GPUBATCH_NAMESPACE_BEGIN
+namespace detail::tile_schedule {
 
 /// Calls tile(problem_instance, problem_index, tile_row, tile_col) for the C tile this block owns
 /// in a one-tile-per-block launch (grid.x: the tiles of a problem, `tiles_n` per row of tiles;
@@ -88,4 +89,5 @@ GPUBATCH_DEVICE void walk_grouped_tiles(const Batch& batch, walk_storage<Threads
   }
 }
 
-}  // namespace gpubatch::detail::tile_schedule
+}  // namespace detail::tile_schedule
+GPUBATCH_NAMESPACE_END

@@ -16,7 +16,8 @@
 #include <gpubatch/gemm_problem.hpp>
 #include <gpubatch/numeric.hpp>
 
-namespace gpubatch::detail::tile_schedule {
+GPUBATCH_NAMESPACE_BEGIN
+namespace detail::tile_schedule {
 
 /// C tiles of one problem of a grouped batch for a (tile_m x tile_n) tile: none when it is empty
 /// (m, n or k <= 0: a no-op) or breaks the launch's bounds (a precondition violation, skipped
@@ -102,4 +103,5 @@ GPUBATCH_HOST_DEVICE constexpr int blocks_at_128_registers(int threads) {
   return blocks > 0 ? blocks : 1;
 }
 
-}  // namespace gpubatch::detail::tile_schedule
+}  // namespace detail::tile_schedule
+GPUBATCH_NAMESPACE_END

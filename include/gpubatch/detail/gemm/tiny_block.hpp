@@ -15,7 +15,8 @@
 #include <gpubatch/detail/gemm/problem.hpp>
 #include <gpubatch/numeric.hpp>
 
-namespace gpubatch::detail::tiny {
+GPUBATCH_NAMESPACE_BEGIN
+namespace detail::tiny {
 
 /// The problems of one block: their instances and where their outputs and staged chunks begin.
 /// Problems that are empty (m, n or k <= 0) or exceed the launch's bounds (a broken promise of
@@ -172,4 +173,5 @@ GPUBATCH_HOST_DEVICE constexpr index_t problems_per_block(const block_bounds& bo
   return ppb < 1 ? 1 : ppb;
 }
 
-}  // namespace gpubatch::detail::tiny
+}  // namespace detail::tiny
+GPUBATCH_NAMESPACE_END

@@ -12,7 +12,8 @@
 #include <type_traits>
 #include <utility>
 
-namespace gpubatch::detail {
+GPUBATCH_NAMESPACE_BEGIN
+namespace detail {
 
 /// Shape of a GEMM batch after validation.
 struct gemm_shape {
@@ -108,4 +109,5 @@ void check_grouped_problem(const gemm_problem<TA, TB, TC>& p, const grouped_gemm
   check_ld("c", p.c, p.ldc, layouts.c, op::none, p.m, p.n);
 }
 
-}  // namespace gpubatch::detail
+}  // namespace detail
+GPUBATCH_NAMESPACE_END

@@ -13,7 +13,8 @@
 
 #include <gpubatch/config.hpp>
 
-namespace gpubatch::detail::simt {
+GPUBATCH_NAMESPACE_BEGIN
+namespace detail::simt {
 
 /// Columns of a thread's register tile: the largest power of two whose square fits.
 GPUBATCH_HOST_DEVICE constexpr int register_tile_cols(int accumulators) {
@@ -145,4 +146,5 @@ GPUBATCH_HOST_DEVICE void multiply_stage(const Compute* a_s, const Compute* b_s,
 
 #undef GPUBATCH_WARP_TILING_UNROLL
 
-}  // namespace gpubatch::detail::simt
+}  // namespace detail::simt
+GPUBATCH_NAMESPACE_END

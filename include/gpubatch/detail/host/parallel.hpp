@@ -15,7 +15,8 @@
 #include <omp.h>
 #endif
 
-namespace gpubatch::detail {
+GPUBATCH_NAMESPACE_BEGIN
+namespace detail {
 
 /// How iterations are handed to threads: equal blocks for uniform work, one at a time for
 /// iterations of different cost (grouped problems).
@@ -71,4 +72,5 @@ void host_parallel_for(host_exec exec, index_t count, schedule kind, Body&& body
 #endif
 }
 
-}  // namespace gpubatch::detail
+}  // namespace detail
+GPUBATCH_NAMESPACE_END

@@ -10,7 +10,8 @@
 #include <limits>
 #include <string>
 
-namespace gpubatch::detail {
+GPUBATCH_NAMESPACE_BEGIN
+namespace detail {
 
 constexpr std::size_t ceil_div(std::size_t a, std::size_t b) noexcept {
   return a == 0 ? 0 : 1 + (a - 1) / b;
@@ -96,4 +97,5 @@ inline chunk_choice choose_chunk(std::size_t items, std::size_t bytes_per_item,
   return choice;
 }
 
-}  // namespace gpubatch::detail
+}  // namespace detail
+GPUBATCH_NAMESPACE_END

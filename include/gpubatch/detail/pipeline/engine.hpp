@@ -31,7 +31,8 @@
 #include <nvtx3/nvToolsExtCudaRt.h>
 #endif
 
-namespace gpubatch::detail {
+GPUBATCH_NAMESPACE_BEGIN
+namespace detail {
 
 /// Which queue a stage uses, for 1, 2 or 3 queues: copies share one when there are two.
 struct queue_roles {
@@ -280,4 +281,5 @@ class pipeline_engine<cuda_exec> {
   std::vector<cuda_event> copied_out_;
 };
 
-}  // namespace gpubatch::detail
+}  // namespace detail
+GPUBATCH_NAMESPACE_END

@@ -17,7 +17,8 @@
 #include <thread>
 #include <utility>
 
-namespace gpubatch::detail {
+GPUBATCH_NAMESPACE_BEGIN
+namespace detail {
 
 class host_queue {
  public:
@@ -133,4 +134,5 @@ class host_queue {
   std::thread worker_;  // last: starts after every other member is ready
 };
 
-}  // namespace gpubatch::detail
+}  // namespace detail
+GPUBATCH_NAMESPACE_END

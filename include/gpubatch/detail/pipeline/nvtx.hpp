@@ -7,6 +7,8 @@
 /// profiler attached, a range costs a branch on an uninitialised function pointer.
 #pragma once
 
+#include <gpubatch/config.hpp>
+
 #include <cstdint>
 
 #define GPUBATCH_NVTX_CONCAT_IMPL(a, b) a##b
@@ -15,7 +17,8 @@
 #if !defined(GPUBATCH_DISABLE_NVTX)
 #include <nvtx3/nvtx3.hpp>
 
-namespace gpubatch::detail {
+GPUBATCH_NAMESPACE_BEGIN
+namespace detail {
 
 struct nvtx_domain {
   static constexpr const char* name{"gpubatch"};
@@ -36,7 +39,8 @@ inline nvtx3::event_attributes nvtx_event(const char* message, std::uint64_t chu
                                  nvtx3::color{static_cast<std::uint32_t>(color)}};
 }
 
-}  // namespace gpubatch::detail
+}  // namespace detail
+GPUBATCH_NAMESPACE_END
 
 /// A range from here to the end of the enclosing scope. `message` must be a string literal.
 #define GPUBATCH_NVTX_RANGE(message, chunk, color)                                      \

@@ -38,6 +38,7 @@
 
 namespace gpubatch {
 
+GPUBATCH_ABI_BEGIN
 namespace detail {
 
 /// Alignment of each region in a slot: enough for any element type and for coalesced access.
@@ -100,6 +101,7 @@ inline bool is_out_of_memory(const std::exception_ptr& failure) noexcept {
 }
 
 }  // namespace detail
+GPUBATCH_ABI_END
 
 template <class In, class Out, class Exec, class Policy>
 struct pipeline<In, Out, Exec, Policy>::state {
@@ -505,6 +507,7 @@ std::size_t pipeline<In, Out, Exec, Policy>::device_bytes_per_item() const noexc
 
 // ---------------------------------------------------------------------------------------------
 
+GPUBATCH_ABI_BEGIN
 namespace detail {
 template <class Range>
 using span_element_t = std::remove_pointer_t<decltype(to_address(std::declval<Range&>().data()))>;
@@ -580,4 +583,5 @@ autotune_result autotune_chunk_items(Exec exec, item_shape shape, const InRange&
   return result;
 }
 
+GPUBATCH_ABI_END
 }  // namespace gpubatch

@@ -16,7 +16,8 @@
 #include <cstring>
 #include <memory>
 
-namespace gpubatch::detail {
+GPUBATCH_NAMESPACE_BEGIN
+namespace detail {
 
 /// Resolves a side's memory space. The CUDA backend must know whether host memory is pinned
 /// (a registered std::vector is), so it asks the runtime whenever a label says "host" or
@@ -147,4 +148,5 @@ fence_t<Exec> issue_copy(Exec exec, copy_region dst, copy_region src, copy_mode 
   }
 }
 
-}  // namespace gpubatch::detail
+}  // namespace detail
+GPUBATCH_NAMESPACE_END

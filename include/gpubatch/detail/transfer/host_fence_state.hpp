@@ -3,13 +3,16 @@
 /// failure of the work the fence tracks.
 #pragma once
 
+#include <gpubatch/config.hpp>
+
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
 #include <mutex>
 
-namespace gpubatch::detail {
+GPUBATCH_NAMESPACE_BEGIN
+namespace detail {
 
 /// A process-wide recording order for fences, so that of two fences on one serial queue the
 /// later one can be told apart (it completes last).
@@ -25,4 +28,5 @@ struct host_fence_state {
   std::exception_ptr failure;
 };
 
-}  // namespace gpubatch::detail
+}  // namespace detail
+GPUBATCH_NAMESPACE_END

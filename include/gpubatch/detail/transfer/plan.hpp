@@ -12,7 +12,8 @@
 #include <cstddef>
 #include <string>
 
-namespace gpubatch::detail {
+GPUBATCH_NAMESPACE_BEGIN
+namespace detail {
 
 /// `count` planes of `height` lines of `width` bytes: a 1-D range is one plane of one line, a
 /// matrix batch one plane per matrix and one line per row (row-major) or column (column-major).
@@ -98,8 +99,8 @@ inline cuda_copy_plan plan_cuda_copy(memory_space dst, memory_space src, copy_mo
   const bool pageable_dst = dst == memory_space::host || dst == memory_space::unknown;
   if (pageable_src && pageable_dst) {
     if (mode != copy_mode::synchronous) {
-      throw invalid_argument("src", "and dst are both pageable host memory: there is nothing for "
-                                    "the GPU to copy asynchronously; use gpubatch::copy or "
+      throw invalid_argument("src", "is pageable host memory, and so is dst: there is nothing "
+                                    "for the GPU to copy asynchronously; use gpubatch::copy or "
                                     "host_exec");
     }
     plan.host_only = true;
@@ -144,4 +145,5 @@ inline void check_host_copy(memory_space dst, memory_space src) {
   }
 }
 
-}  // namespace gpubatch::detail
+}  // namespace detail
+GPUBATCH_NAMESPACE_END

@@ -23,7 +23,8 @@
 #include <utility>
 #include <vector>
 
-namespace gpubatch::detail {
+GPUBATCH_NAMESPACE_BEGIN
+namespace detail {
 
 /// One block of pinned (or, on the host backend, ordinary) host memory and the copies that
 /// still use it. `Fence` provides ready(), wait_nothrow() and same_order().
@@ -221,7 +222,7 @@ class pinned_pool_state {
         (void)cudaGetLastError();
         throw out_of_memory("pinned host", bytes, host_bytes_free());
       }
-      GPUBATCH_CUDA_TRY(status);
+      throw_on_cuda_error(status, "cudaHostAlloc", __FILE__, __LINE__);
     } else {
       p = allocate_host(bytes);
     }
@@ -268,4 +269,5 @@ class pinned_pool_state {
   std::size_t max_cached_bytes_;
 };
 
-}  // namespace gpubatch::detail
+}  // namespace detail
+GPUBATCH_NAMESPACE_END

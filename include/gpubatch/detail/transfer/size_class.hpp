@@ -3,10 +3,13 @@
 /// more than 1/8 larger than the request it serves (power-of-two classes waste up to half).
 #pragma once
 
+#include <gpubatch/config.hpp>
+
 #include <cstddef>
 #include <limits>
 
-namespace gpubatch::detail {
+GPUBATCH_NAMESPACE_BEGIN
+namespace detail {
 
 /// Requests up to this size share one granularity; above it the classes are geometric.
 inline constexpr std::size_t pinned_small_limit = 2048;
@@ -45,4 +48,5 @@ constexpr std::size_t pinned_block_size(std::size_t bytes) noexcept {
   return (n + g - 1) / g * g;
 }
 
-}  // namespace gpubatch::detail
+}  // namespace detail
+GPUBATCH_NAMESPACE_END

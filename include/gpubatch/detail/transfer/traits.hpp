@@ -25,7 +25,8 @@ template <class Exec>
 class pinned_pool;
 }  // namespace gpubatch
 
-namespace gpubatch::detail {
+GPUBATCH_NAMESPACE_BEGIN
+namespace detail {
 
 /// Keeps a parameter out of template argument deduction (std::type_identity_t in C++20).
 template <class T>
@@ -209,4 +210,5 @@ void check_copy_shapes(const Dst& dst, const Src& src) {
   }
 }
 
-}  // namespace gpubatch::detail
+}  // namespace detail
+GPUBATCH_NAMESPACE_END

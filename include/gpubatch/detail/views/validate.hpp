@@ -11,7 +11,8 @@
 #include <type_traits>
 #include <utility>
 
-namespace gpubatch::detail {
+GPUBATCH_NAMESPACE_BEGIN
+namespace detail {
 
 inline void require_nonnegative(const char* parameter, std::int64_t value) {
   if (value < 0) {
@@ -75,4 +76,5 @@ struct is_container_of<Container, T,
                                    decltype(std::declval<const Container&>().size())>>
     : std::is_convertible<decltype(to_address(std::declval<Container&>().data())), T*> {};
 
-}  // namespace gpubatch::detail
+}  // namespace detail
+GPUBATCH_NAMESPACE_END

@@ -48,6 +48,8 @@ std::vector<const device_model*> load_devices() {
   std::vector<const device_model*> devices;
   const char* env = std::getenv("GPUBATCH_EMULATED_DEVICES");
   std::string list = env != nullptr && *env != '\0' ? env : "h100";
+  // "none": a driver with no device; "no-driver": no CUDA driver at all (both: zero devices).
+  if (list == "none" || list == "no-driver") return devices;
   std::size_t start = 0;
   while (start <= list.size()) {
     const std::size_t comma = std::min(list.find(',', start), list.size());
@@ -658,8 +660,17 @@ const char* cudaGetErrorString(cudaError_t error) {
   }
 }
 
+bool driver_missing() {
+  const char* env = std::getenv("GPUBATCH_EMULATED_DEVICES");
+  return env != nullptr && std::string(env) == "no-driver";
+}
+
 cudaError_t cudaGetDeviceCount(int* count) {
   if (count == nullptr) return fail(cudaErrorInvalidValue);
+  *count = 0;
+  // As the CUDA runtime: no driver, or a driver without devices, is an error, not a count of 0.
+  if (driver_missing()) return fail(cudaErrorInsufficientDriver);
+  if (device_count() == 0) return fail(cudaErrorNoDevice);
   *count = device_count();
   return cudaSuccess;
 }
@@ -678,11 +689,15 @@ cudaError_t cudaSetDevice(int device) {
 
 cudaError_t cudaDriverGetVersion(int* version) {
   if (version == nullptr) return fail(cudaErrorInvalidValue);
-  *version = CUDART_VERSION;
+  *version = driver_missing() ? 0 : CUDART_VERSION;
   return cudaSuccess;
 }
 
-cudaError_t cudaRuntimeGetVersion(int* version) { return cudaDriverGetVersion(version); }
+cudaError_t cudaRuntimeGetVersion(int* version) {
+  if (version == nullptr) return fail(cudaErrorInvalidValue);
+  *version = CUDART_VERSION;
+  return cudaSuccess;
+}
 
 cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
   const device_model* d = device_at(device);
@@ -764,6 +779,10 @@ cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* attr, const void* func) {
   EMU_LOCK;
   EMU_STICKY;
   if (attr == nullptr || func == nullptr) return fail(cudaErrorInvalidValue);
+  // No image of the kernel runs on this device: the same answer its launch would get.
+  if (compiled_arch() > device_at(current_device)->arch()) {
+    return fail(cudaErrorNoKernelImageForDevice);
+  }
   *attr = cudaFuncAttributes{};
   attr->maxThreadsPerBlock = 1024;
   attr->maxDynamicSharedSizeBytes = rt().kernels[func].max_dynamic_shared;
