@@ -90,12 +90,12 @@ struct model {
     const auto n = static_cast<index_t>(chunk.items);
     const gpubatch::tensor4d_view<const float> x(chunk.input, n, in_channels, image, image, gpubatch::tensor_layout::nhwc);
     const gpubatch::tensor4d_view<const float> w(d_conv_w.data(), features, in_channels, filter, filter, gpubatch::tensor_layout::nhwc, d_conv_w.space());
-    float* const scratch = reinterpret_cast<float*>(chunk.workspace.data());
-    const gpubatch::tensor4d_view<float> y(scratch, n, features, out_size, out_size, gpubatch::tensor_layout::nhwc, chunk.workspace.space());
+    const gpubatch::span<float> scratch = chunk.workspace_as<float>();  // feature_len per image
+    const gpubatch::tensor4d_view<float> y(scratch.data(), n, features, out_size, out_size, gpubatch::tensor_layout::nhwc, scratch.space());
     gpubatch::conv2d(exec, conv, 1.0F, x, w, 0.0F, y,
                      gpubatch::epilogue::then(gpubatch::epilogue::bias_col<float>{d_conv_b.data()}, gpubatch::epilogue::relu{}));
     // The head: one (n x 4096) * (4096 x 10) GEMM over the chunk's images.
-    const gpubatch::matrix_batch_view<const float> a(scratch, n, feature_len, feature_len, 0, 1, gpubatch::layout::row_major, chunk.workspace.space());
+    const gpubatch::matrix_batch_view<const float> a(scratch.data(), n, feature_len, feature_len, 0, 1, gpubatch::layout::row_major, scratch.space());
     const auto b = gpubatch::matrix_batch_view<const float>::packed(d_head_w, feature_len, classes, 1);
     const auto c = gpubatch::matrix_batch_view<float>::packed(chunk.output, n, classes, 1);
     gpubatch::gemm(exec, gpubatch::op::none, gpubatch::op::none, 1.0F, a, b, 0.0F, c,
@@ -143,6 +143,10 @@ struct progress_bar {
 
 template <class Exec>
 int run(Exec exec, const options& opt) {
+  if constexpr (gpubatch::is_host_exec_v<Exec>) {
+    // The CUDA backend's memory rules on the host as well: what runs here runs on a GPU.
+    exec.cuda_memory_rules = true;
+  }
   const model<Exec> net(exec);
   const std::size_t n = opt.batch;
 
@@ -154,7 +158,7 @@ int run(Exec exec, const options& opt) {
   gpubatch::pinned_buffer<float> logits(n * classes, exec);
   std::fill(logits.begin(), logits.end(), std::nanf(""));  // poison: a missed item shows
 
-  const gpubatch::item_shape shape{image_len, classes, feature_len * sizeof(float)};
+  const gpubatch::item_shape shape{image_len, classes, gpubatch::workspace_of<float>(feature_len)};
   gpubatch::pipeline_options popt;
   popt.chunk_items = opt.chunk != 0 ? opt.chunk : std::max<std::size_t>(1, std::min<std::size_t>(2048, (n + 3) / 4));
   gpubatch::pipeline<float, float, Exec> pipe(exec, shape, popt);
@@ -190,11 +194,9 @@ int run(Exec exec, const options& opt) {
 int main(int argc, char** argv) {
   try {
     const options opt = parse(argc, argv);
-    if (gpubatch::best_available_backend() == gpubatch::backend::cuda) {
-      gpubatch::cuda_stream stream;
-      return gpubatch::with_best_available(stream.get(), [&](auto exec) { return run(exec, opt); });
-    }
-    return run(gpubatch::on_host, opt);
+    // One code path for both machines: the GPU when this file's kernels run on it, else the CPU.
+    std::printf("%s\n", gpubatch::to_string(gpubatch::best_available_choice()).c_str());
+    return gpubatch::with_best_available([&](auto exec) { return run(exec, opt); });
   } catch (const std::exception& e) {
     std::fprintf(stderr, "batched_inference: %s\n", e.what());
     return 1;

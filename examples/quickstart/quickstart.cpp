@@ -59,6 +59,10 @@ void synchronize(Exec exec) {
 
 template <class Exec>
 int run(Exec exec, const options& opt) {
+  if constexpr (gpubatch::is_host_exec_v<Exec>) {
+    // The CUDA backend's memory rules on the host as well: what runs here runs on a GPU.
+    exec.cuda_memory_rules = true;
+  }
   const auto count = static_cast<std::size_t>(opt.batch * opt.size * opt.size);
   const std::size_t bytes = count * sizeof(float);
   std::printf("backend: %s, batch: %lld images of %lld x %lld floats (%.1f MiB)\n",
@@ -97,11 +101,9 @@ int run(Exec exec, const options& opt) {
 int main(int argc, char** argv) {
   try {
     const options opt = parse(argc, argv);
-    if (gpubatch::best_available_backend() == gpubatch::backend::cuda) {
-      gpubatch::cuda_stream stream;
-      return gpubatch::with_best_available(stream.get(), [&](auto exec) { return run(exec, opt); });
-    }
-    return run(gpubatch::on_host, opt);
+    // One code path for both machines: the GPU when this file's kernels run on it, else the CPU.
+    std::printf("%s\n", gpubatch::to_string(gpubatch::best_available_choice()).c_str());
+    return gpubatch::with_best_available([&](auto exec) { return run(exec, opt); });
   } catch (const std::exception& e) {
     std::fprintf(stderr, "quickstart: %s\n", e.what());
     return 1;

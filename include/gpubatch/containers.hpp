@@ -41,7 +41,8 @@ class device_buffer {
   /// @brief Allocates `size` uninitialised elements of host memory.
   /// @throws out_of_memory if the allocation fails
   device_buffer(size_type size, host_exec) : size_(size), space_(memory_space::host) {
-    data_ = static_cast<T*>(detail::allocate_host(detail::checked_bytes(size, sizeof(T), "host")));
+    data_ = static_cast<T*>(detail::allocate_host_in_role(
+        detail::checked_bytes(size, sizeof(T), "host"), memory_space::device));
   }
 
   /// @brief Allocates `size` uninitialised elements of device memory, ordered on exec's stream.
@@ -136,7 +137,7 @@ class device_buffer {
     if (space_ == memory_space::device) {
       detail::deallocate_device(data_, stream_);
     } else {
-      detail::deallocate_host(data_);
+      detail::deallocate_host_in_role(data_);
     }
     data_ = nullptr;
     size_ = 0;
@@ -166,7 +167,8 @@ class pinned_buffer {
   /// @brief Allocates `size` elements of ordinary host memory.
   /// @throws out_of_memory if the allocation fails
   pinned_buffer(size_type size, host_exec) : size_(size), space_(memory_space::host) {
-    data_ = static_cast<T*>(detail::allocate_host(detail::checked_bytes(size, sizeof(T), "host")));
+    data_ = static_cast<T*>(detail::allocate_host_in_role(
+        detail::checked_bytes(size, sizeof(T), "host"), memory_space::pinned));
   }
 
   /// @brief Allocates `size` elements of page-locked host memory.
@@ -220,7 +222,7 @@ class pinned_buffer {
     if (space_ == memory_space::pinned) {
       detail::deallocate_pinned(data_);
     } else {
-      detail::deallocate_host(data_);
+      detail::deallocate_host_in_role(data_);
     }
     data_ = nullptr;
     size_ = 0;

@@ -27,6 +27,7 @@
 #include <gpubatch/conv_policy.hpp>
 #include <gpubatch/conv_problem.hpp>
 #include <gpubatch/detail/conv/host.hpp>
+#include <gpubatch/detail/epilogue/validate.hpp>
 #include <gpubatch/detail/conv/problem.hpp>
 #include <gpubatch/detail/conv/validate.hpp>
 #include <gpubatch/epilogue.hpp>
@@ -72,12 +73,13 @@ void conv2d_uniform(Exec exec, const conv2d_params& params, scalar_t<TX> alpha,
   check_types<TX, TW, TY, Epilogue>();
   using X = std::remove_const_t<TX>;
   using W = std::remove_const_t<TW>;
-  const conv2d_geometry geo = check_conv2d<Exec>(params, x, w, y, per_sample);
-  check_workspace<Exec>(options);
+  const conv2d_geometry geo = check_conv2d(exec, params, x, w, y, per_sample);
+  check_workspace(exec, options);
   if (geo.n == 0 || geo.k == 0 || geo.c == 0) {
     return;
   }
   const fprop_batch<X, W, TY> batch{geo, x.data(), w.data(), y.data(), per_sample};
+  check_epilogue(exec, epilogue, "epilogue");
   run<Policy>(exec, batch, alpha, beta, epilogue, options);
 }
 }  // namespace detail::conv
@@ -157,7 +159,7 @@ void conv2d_grouped(Exec exec, tensor_layout order, detail::conv::scalar_t<TX> a
   detail::require_cuda_compiler<Exec>();
   detail::conv::check_types<TX, TW, TY, Epilogue>();
   detail::require_nonnegative("count", count);
-  detail::conv::check_workspace<Exec>(options);
+  detail::conv::check_workspace(exec, options);
   if (count == 0) {
     return;
   }
@@ -165,8 +167,8 @@ void conv2d_grouped(Exec exec, tensor_layout order, detail::conv::scalar_t<TX> a
     throw invalid_argument("problems", "null descriptor array for " + std::to_string(count) +
                                            " problems");
   }
-  detail::require_accessible<Exec>("problems", memory_space::unknown, problems);
-  if constexpr (is_cuda_exec_v<Exec>) {
+  detail::require_accessible(exec, "problems", memory_space::unknown, problems);
+  if (is_cuda_exec_v<Exec> || detail::applies_cuda_rules(exec)) {
     if (bounds.max_output_pixels <= 0 || bounds.max_k_per_group <= 0 || bounds.max_groups <= 0) {
       throw invalid_argument("bounds", "the CUDA backend needs positive upper bounds on N * P * "
                                        "Q, K / groups and groups (got " +
@@ -174,12 +176,14 @@ void conv2d_grouped(Exec exec, tensor_layout order, detail::conv::scalar_t<TX> a
                                            std::to_string(bounds.max_k_per_group) + ", " +
                                            std::to_string(bounds.max_groups) + ")");
     }
-  } else {
+  }
+  if constexpr (is_host_exec_v<Exec>) {
     for (index_t i = 0; i < count; ++i) {
       detail::conv::check_grouped_problem(problems[i], i);
     }
   }
   const detail::conv::grouped_fprop_batch<TX, TW, TY> batch{problems, count, order, bounds};
+  detail::check_epilogue(exec, epilogue, "epilogue");
   detail::conv::run<Policy>(exec, batch, alpha, beta, epilogue, options);
 }
 
@@ -199,7 +203,7 @@ template <class Policy = void, class Exec, class TX, class TW, class TY>
   detail::conv::check_types<TX, TW, TY, epilogue::identity>();
   const bool per_sample = w.n() != y.c();
   const detail::conv::conv2d_geometry geo =
-      detail::conv::check_conv2d<Exec>(params, x, w, y, per_sample);
+      detail::conv::check_conv2d(exec, params, x, w, y, per_sample);
   if constexpr (is_cuda_exec_v<Exec>) {
 #if GPUBATCH_CUDA_COMPILER
     using X = std::remove_const_t<TX>;

@@ -22,6 +22,12 @@ enum class backend { host, cuda };
 struct host_exec {
   /// @brief Upper bound on OpenMP threads for one call; 0 keeps OpenMP's default.
   int max_threads = 0;
+  /// @brief Checked mode (gpubatch::on_host_checked): refuse what the CUDA backend would
+  /// refuse. Operands, epilogue pointers and grouped descriptors must be in a device_buffer or
+  /// pinned memory (pinned_buffer, pinned_pool, register_host), not in other host memory;
+  /// asynchronous copies need a pinned or device side as on the GPU; grouped calls need their
+  /// bounds. The results are the same as without it.
+  bool cuda_memory_rules = false;
 };
 
 /// @brief Runs an operation on the current CUDA device, ordered on a stream the caller owns.
@@ -43,6 +49,10 @@ class cuda_exec {
 
 /// @brief The host backend, ready to pass: `gpubatch::fill(gpubatch::on_host, ...)`.
 inline constexpr host_exec on_host{};
+
+/// @brief The host backend in checked mode (host_exec::cuda_memory_rules): a program that runs
+/// with it does not fail on the CUDA backend for a reason of memory placement.
+inline constexpr host_exec on_host_checked{0, true};
 
 GPUBATCH_ABI_BEGIN
 /// @brief Binds the CUDA backend to `stream`: `gpubatch::fill(gpubatch::on(stream), ...)`.

@@ -10,6 +10,7 @@
 /// that touches nothing (C is not scaled by beta when k = 0).
 #pragma once
 
+#include <gpubatch/detail/epilogue/validate.hpp>
 #include <gpubatch/detail/gemm/host.hpp>
 #include <gpubatch/detail/gemm/problem.hpp>
 #include <gpubatch/detail/gemm/validate.hpp>
@@ -105,9 +106,9 @@ void gemm(Exec exec, op op_a, op op_b, detail::scalar_t<TA> alpha,
   if (shape.empty()) {
     return;
   }
-  detail::require_accessible<Exec>("a", a.space(), a.data());
-  detail::require_accessible<Exec>("b", b.space(), b.data());
-  detail::require_accessible<Exec>("c", c.space(), c.data());
+  detail::require_accessible(exec, "a", a.space(), a.data());
+  detail::require_accessible(exec, "b", b.space(), b.data());
+  detail::require_accessible(exec, "c", c.space(), c.data());
 
   const detail::strided_gemm_batch<A, B, TC> batch{
       shape.m,
@@ -120,6 +121,7 @@ void gemm(Exec exec, op op_a, op op_b, detail::scalar_t<TA> alpha,
       b.batch_stride(),
       {c.data(), detail::operand_strides(c.order(), op::none, c.ld())},
       c.batch_stride()};
+  detail::check_epilogue(exec, epilogue, "epilogue");
   detail::run_gemm<Policy>(exec, batch, alpha, beta, epilogue, options);
 }
 
@@ -145,9 +147,12 @@ void gemm(Exec exec, op op_a, op op_b, detail::scalar_t<TA> alpha,
   if (shape.empty()) {
     return;
   }
-  detail::require_accessible<Exec>("a", a.space(), a.pointers());
-  detail::require_accessible<Exec>("b", b.space(), b.pointers());
-  detail::require_accessible<Exec>("c", c.space(), c.pointers());
+  detail::require_accessible(exec, "a", a.space(), a.pointers());
+  detail::require_accessible(exec, "b", b.space(), b.pointers());
+  detail::require_accessible(exec, "c", c.space(), c.pointers());
+  detail::check_pointer_entries(exec, "a", a);
+  detail::check_pointer_entries(exec, "b", b);
+  detail::check_pointer_entries(exec, "c", c);
 
   const detail::array_gemm_batch<A, B, TC> batch{
       shape.m,
@@ -160,6 +165,7 @@ void gemm(Exec exec, op op_a, op op_b, detail::scalar_t<TA> alpha,
       detail::operand_strides(b.order(), op_b, b.ld()),
       c.pointers(),
       detail::operand_strides(c.order(), op::none, c.ld())};
+  detail::check_epilogue(exec, epilogue, "epilogue");
   detail::run_gemm<Policy>(exec, batch, alpha, beta, epilogue, options);
 }
 
@@ -194,20 +200,25 @@ void gemm_grouped(Exec exec, const grouped_gemm_layout& layouts,
     throw invalid_argument("problems", "null descriptor array for " + std::to_string(count) +
                                            " problems");
   }
-  detail::require_accessible<Exec>("problems", memory_space::unknown, problems);
-  if constexpr (is_cuda_exec_v<Exec>) {
+  detail::require_accessible(exec, "problems", memory_space::unknown, problems);
+  if (is_cuda_exec_v<Exec> || detail::applies_cuda_rules(exec)) {
     if (bounds.max_m <= 0 || bounds.max_n <= 0 || bounds.max_k <= 0) {
       throw invalid_argument("bounds", "the CUDA backend needs positive upper bounds on m, n and "
                                        "k (got " + std::to_string(bounds.max_m) + ", " +
                                        std::to_string(bounds.max_n) + ", " +
                                        std::to_string(bounds.max_k) + ")");
     }
-  } else {
+  }
+  if constexpr (is_host_exec_v<Exec>) {
     for (index_t i = 0; i < count; ++i) {
       detail::check_grouped_problem(problems[i], layouts, i);
+      if (exec.cuda_memory_rules) {
+        detail::check_grouped_problem_for_cuda(exec, problems[i], bounds, i);
+      }
     }
   }
   const detail::grouped_gemm_batch<TA, TB, TC> batch{count, problems, layouts, bounds};
+  detail::check_epilogue(exec, epilogue, "epilogue");
   detail::run_gemm<Policy>(exec, batch, alpha, beta, epilogue, options);
 }
 

@@ -72,12 +72,47 @@ struct pipeline_policy {
 /// @brief The policy pipelines use unless told otherwise.
 using default_pipeline_policy = pipeline_policy<>;
 
+/// @brief Scratch per item, as a count of elements of one type: `workspace_of<float>(n)`.
+///
+/// A size with its unit: a bare number cannot be passed where one is expected, so elements are
+/// never taken for bytes or bytes for elements. The stage reads it back as the same type with
+/// pipeline_chunk::workspace_as<T>().
+struct workspace_size {
+  /// @brief No workspace.
+  constexpr workspace_size() noexcept {}
+  /// @brief `elements` of `element_bytes` bytes aligned to `alignment`; workspace_of<T> says it
+  /// with a type. Explicit, and the type is no aggregate: a bare number never converts to it.
+  constexpr explicit workspace_size(std::size_t elements_per_item, std::size_t bytes_per_element,
+                                    std::size_t alignment_of_element) noexcept
+      : elements(elements_per_item),
+        element_bytes(bytes_per_element),
+        alignment(alignment_of_element) {}
+
+  std::size_t elements = 0;       ///< elements per item
+  std::size_t element_bytes = 1;  ///< sizeof of the element type
+  std::size_t alignment = 1;      ///< alignof of the element type
+  /// @brief Bytes per item.
+  [[nodiscard]] constexpr std::size_t bytes() const noexcept { return elements * element_bytes; }
+};
+
+/// @brief `count` elements of T of scratch per item, for item_shape::workspace.
+template <class T>
+[[nodiscard]] constexpr workspace_size workspace_of(std::size_t count) noexcept {
+  static_assert(std::is_trivially_copyable_v<T>, "gpubatch::workspace_of: the workspace holds "
+                                                 "raw device memory; T must be trivially copyable");
+  return workspace_size(count, sizeof(T), alignof(T));
+}
+
 /// @brief The fixed shape of one item: its input and output elements, and the device scratch
 /// the stage needs for it. Items are contiguous: item i's input starts at i * input_elements.
+///
+/// Every count is in elements of its own type: input_elements of the pipeline's In,
+/// output_elements of its Out, and workspace in elements of the type given to workspace_of:
+/// `item_shape{784, 10, workspace_of<float>(256)}`.
 struct item_shape {
-  std::size_t input_elements = 0;   ///< input elements per item (>= 1)
-  std::size_t output_elements = 0;  ///< output elements per item (>= 1)
-  std::size_t workspace_bytes = 0;  ///< device workspace per item the stage may use
+  std::size_t input_elements = 0;   ///< elements of In per item (>= 1)
+  std::size_t output_elements = 0;  ///< elements of Out per item (>= 1)
+  workspace_size workspace{};       ///< device scratch per item (none by default)
 };
 
 /// @brief Whether input and output go through the pinned staging ring.
@@ -185,7 +220,25 @@ struct pipeline_chunk {
   std::size_t items = 0;       ///< items in this chunk; the last chunk may hold fewer
   span<const In> input;        ///< items * input_elements, already copied in
   span<Out> output;            ///< items * output_elements, for the stage to write
-  span<std::byte> workspace;   ///< items * workspace_bytes of scratch
+  /// Raw scratch: items * item_shape::workspace.bytes() bytes. Prefer workspace_as<T>().
+  span<std::byte> workspace;
+  workspace_size workspace_per_item{};  ///< what item_shape::workspace declared
+
+  /// @brief The workspace as `items * workspace_per_item.elements` elements of T, the type it
+  /// was declared with (`workspace_of<T>`).
+  /// @throws invalid_argument naming "T" if T's size is not the declared element's
+  template <class T>
+  [[nodiscard]] span<T> workspace_as() const {
+    if (sizeof(T) != workspace_per_item.element_bytes || alignof(T) > workspace_per_item.alignment) {
+      throw invalid_argument("T", "the workspace was declared with elements of " +
+                                      std::to_string(workspace_per_item.element_bytes) +
+                                      " bytes (item_shape::workspace = workspace_of<...>), and "
+                                      "is read as elements of " + std::to_string(sizeof(T)) +
+                                      " bytes");
+    }
+    return span<T>(reinterpret_cast<T*>(workspace.data()), items * workspace_per_item.elements,
+                   workspace.space());
+  }
 };
 
 /// @brief Called after each chunk has landed in the caller's output, in order, on the thread

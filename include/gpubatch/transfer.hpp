@@ -162,22 +162,30 @@ class host_registration {
     bytes_ = bytes;
   }
 
-  /// @brief The host backend pins nothing; the object only remembers the range.
+  /// @brief The host backend pins nothing; the range counts as pinned memory for
+  /// gpubatch::on_host_checked while the object lives.
   /// @throws invalid_argument if `data` is null with nonzero bytes
   host_registration(host_exec exec, void* data, std::size_t bytes) {
     (void)exec;
     check(data, bytes);
+    if (bytes != 0) {
+      detail_shared::host_roles().add(data, bytes, memory_space::pinned);
+      host_role_ = data;
+    }
   }
 
   host_registration(const host_registration&) = delete;
   host_registration& operator=(const host_registration&) = delete;
   host_registration(host_registration&& other) noexcept
-      : data_(std::exchange(other.data_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
+      : data_(std::exchange(other.data_, nullptr)),
+        bytes_(std::exchange(other.bytes_, 0)),
+        host_role_(std::exchange(other.host_role_, nullptr)) {}
   host_registration& operator=(host_registration&& other) noexcept {
     if (this != &other) {
       reset();
       data_ = std::exchange(other.data_, nullptr);
       bytes_ = std::exchange(other.bytes_, 0);
+      host_role_ = std::exchange(other.host_role_, nullptr);
     }
     return *this;
   }
@@ -189,8 +197,12 @@ class host_registration {
     if (data_ != nullptr) {
       GPUBATCH_CUDA_TRY_NOTHROW(cudaHostUnregister(data_));
     }
+    if (host_role_ != nullptr) {
+      detail_shared::host_roles().remove(host_role_);
+    }
     data_ = nullptr;
     bytes_ = 0;
+    host_role_ = nullptr;
   }
 
   /// @brief Whether a buffer is page-locked by this object.
@@ -213,6 +225,7 @@ class host_registration {
 
   void* data_ = nullptr;
   std::size_t bytes_ = 0;
+  void* host_role_ = nullptr;  // the host backend's record for on_host_checked
 };
 
 GPUBATCH_ABI_BEGIN

@@ -15,7 +15,7 @@ TEST_CASE("pipeline chunk views are device memory on the compute stream", "[pipe
   std::vector<out_t> output(40 * 2, poison);
   gpubatch::pipeline_options options;
   options.chunk_items = 16;
-  pipeline_type p(test_backend::exec(), gpubatch::item_shape{2, 2, 16}, options);
+  pipeline_type p(test_backend::exec(), gpubatch::item_shape{2, 2, gpubatch::workspace_of<in_t>(2)}, options);
   bool device_views = true;
   bool own_stream = true;
   (void)gpubatch::test::within(gpubatch::test::wait_limit, [&] {

@@ -60,7 +60,7 @@ struct transform_items {
 
   template <class Exec>
   void operator()(Exec exec, const pipeline_chunk<in_t, out_t>& c) const {
-    auto* workspace = c.workspace.empty() ? nullptr : reinterpret_cast<in_t*>(c.workspace.data());
+    in_t* const workspace = c.workspace.empty() ? nullptr : c.template workspace_as<in_t>().data();
     if constexpr (is_cuda_exec_v<Exec>) {
 #if GPUBATCH_CUDA_COMPILER
       const std::size_t total = c.items * out_per_item;

@@ -4,13 +4,63 @@
 #pragma once
 
 #include <gpubatch/error.hpp>
+#include <gpubatch/memory_space.hpp>
 
 #include <cuda_runtime_api.h>
 #include <unistd.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <limits>
+#include <map>
+#include <mutex>
 #include <new>
+#include <utility>
+
+namespace gpubatch {
+/// Internal state shared by every ABI namespace of a program: one per process, so it lives
+/// outside them, and its layout depends on no build flag.
+namespace detail_shared {
+
+/// The host backend's stand-ins for device and pinned memory: which host allocations gpubatch
+/// made as a device_buffer (role device) or as pinned memory (pinned_buffer, pinned_pool,
+/// register_host: role pinned). gpubatch::on_host_checked reads it to apply the CUDA backend's
+/// memory rules on the host.
+class host_role_registry {
+ public:
+  /// Records [p, p + bytes) as memory of `role`.
+  void add(const void* p, std::size_t bytes, memory_space role) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    ranges_[reinterpret_cast<std::uintptr_t>(p)] = {reinterpret_cast<std::uintptr_t>(p) + bytes,
+                                                    role};
+  }
+  /// Forgets the range that starts at p.
+  void remove(const void* p) noexcept {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    ranges_.erase(reinterpret_cast<std::uintptr_t>(p));
+  }
+  /// The role of the range containing p, memory_space::unknown if none does.
+  [[nodiscard]] memory_space find(const void* p) const {
+    const auto address = reinterpret_cast<std::uintptr_t>(p);
+    const std::lock_guard<std::mutex> lock(mutex_);
+    auto it = ranges_.upper_bound(address);
+    if (it == ranges_.begin()) return memory_space::unknown;
+    --it;
+    return address < it->second.first ? it->second.second : memory_space::unknown;
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::map<std::uintptr_t, std::pair<std::uintptr_t, memory_space>> ranges_;
+};
+
+inline host_role_registry& host_roles() {
+  static host_role_registry registry;
+  return registry;
+}
+
+}  // namespace detail_shared
+}  // namespace gpubatch
 
 GPUBATCH_NAMESPACE_BEGIN
 namespace detail {
@@ -58,6 +108,28 @@ inline void* allocate_host(std::size_t bytes) {
 
 inline void deallocate_host(void* p) noexcept {
   ::operator delete(p, std::align_val_t{host_alignment});
+}
+
+/// Host memory standing in for device or pinned memory on the host backend (`role`); the
+/// registry remembers it for gpubatch::on_host_checked.
+inline void* allocate_host_in_role(std::size_t bytes, memory_space role) {
+  void* p = allocate_host(bytes);
+  if (p != nullptr) {
+    try {
+      detail_shared::host_roles().add(p, bytes, role);
+    } catch (...) {
+      deallocate_host(p);
+      throw;
+    }
+  }
+  return p;
+}
+
+inline void deallocate_host_in_role(void* p) noexcept {
+  if (p != nullptr) {
+    detail_shared::host_roles().remove(p);
+    deallocate_host(p);
+  }
 }
 
 inline void* allocate_pinned(std::size_t bytes) {

@@ -44,7 +44,7 @@ constexpr void check_types() {
 /// Checks a uniform convolution's views and returns its geometry. With per-sample filters, `w`
 /// holds N * K filters (sample n's set first at filter n * K) and K is taken from y.
 template <class Exec, class TX, class TW, class TY>
-conv2d_geometry check_conv2d(const conv2d_params& params, const tensor4d_view<TX>& x,
+conv2d_geometry check_conv2d(const Exec& exec, const conv2d_params& params, const tensor4d_view<TX>& x,
                              const tensor4d_view<TW>& w, const tensor4d_view<TY>& y,
                              bool per_sample) {
   const char* const filter_order = x.order() == tensor_layout::nchw ? "KCRS (tensor_layout::nchw)"
@@ -74,15 +74,15 @@ conv2d_geometry check_conv2d(const conv2d_params& params, const tensor4d_view<TX
     throw invalid_argument("y", "is " + to_string(shape_of(y)) + " but the convolution gives " +
                                     to_string(out) + " (N x K x P x Q)");
   }
-  if (x.size() > 0) require_accessible<Exec>("x", x.space(), x.data());
-  if (w.size() > 0) require_accessible<Exec>("w", w.space(), w.data());
-  if (y.size() > 0) require_accessible<Exec>("y", y.space(), y.data());
+  if (x.size() > 0) require_accessible(exec, "x", x.space(), x.data());
+  if (w.size() > 0) require_accessible(exec, "w", w.space(), w.data());
+  if (y.size() > 0) require_accessible(exec, "y", y.space(), y.data());
   return make_geometry(x.n(), x.c(), x.h(), x.w(), filters.n, w.h(), w.w(), params, x.order());
 }
 
 /// A workspace, if given, must exist and be reachable by the backend.
 template <class Exec>
-void check_workspace(const conv2d_options& options) {
+void check_workspace(const Exec& exec, const conv2d_options& options) {
   if (options.workspace == nullptr) {
     if (options.workspace_bytes > 0) {
       throw invalid_argument("options.workspace", "null pointer for " +
@@ -95,7 +95,7 @@ void check_workspace(const conv2d_options& options) {
     throw invalid_argument("options.workspace", "must be aligned to 16 bytes (cudaMalloc's "
                                                 "allocations are)");
   }
-  require_accessible<Exec>("options.workspace", memory_space::unknown, options.workspace);
+  require_accessible(exec, "options.workspace", memory_space::unknown, options.workspace);
 }
 
 /// Checks one problem of a grouped batch (host backend: the descriptors are host memory).

@@ -2,6 +2,7 @@
 /// @brief Host-side GEMM argument checks, run once before anything is launched.
 #pragma once
 
+#include <gpubatch/detail/host/checked.hpp>
 #include <gpubatch/error.hpp>
 #include <gpubatch/execution.hpp>
 #include <gpubatch/gemm_problem.hpp>
@@ -25,15 +26,18 @@ inline std::string shape_string(index_t rows, index_t cols) {
   return std::to_string(rows) + " x " + std::to_string(cols);
 }
 
-/// The memory behind `address` must be readable (or writable) by the backend `Exec`.
+/// The memory behind `address` must be readable (or writable) by the backend `exec` selects,
+/// and, with gpubatch::on_host_checked, by the CUDA backend too.
 template <class Exec>
-void require_accessible(const char* parameter, memory_space stated, const void* address) {
+void require_accessible(const Exec& exec, const char* parameter, memory_space stated,
+                        const void* address) {
   const memory_space space = stated == memory_space::unknown ? memory_space_of(address) : stated;
   if (!is_accessible<Exec>(space)) {
     throw invalid_argument(parameter, std::string("is in ") + to_string(space) + " memory, which the " +
                                           (is_cuda_exec_v<Exec> ? "cuda" : "host") +
                                           " backend cannot access");
   }
+  require_cuda_rules(exec, parameter, space, address);
 }
 
 /// Whether a batch view has a batch stride (strided batches; pointer arrays have none).
@@ -107,6 +111,29 @@ void check_grouped_problem(const gemm_problem<TA, TB, TC>& p, const grouped_gemm
   check_ld("a", p.a, p.lda, layouts.a, layouts.op_a, p.m, p.k);
   check_ld("b", p.b, p.ldb, layouts.b, layouts.op_b, p.k, p.n);
   check_ld("c", p.c, p.ldc, layouts.c, op::none, p.m, p.n);
+}
+
+/// gpubatch::on_host_checked: what the CUDA backend assumes of a grouped problem. Its m, n and k
+/// are within `bounds` (the GPU skips a problem outside them), and its matrices are in memory
+/// the GPU can reach.
+template <class Exec, class TA, class TB, class TC>
+void check_grouped_problem_for_cuda(const Exec& exec, const gemm_problem<TA, TB, TC>& p,
+                                    const grouped_gemm_bounds& bounds, index_t index) {
+  const std::string where = "problems[" + std::to_string(index) + "]";
+  if (p.m > bounds.max_m || p.n > bounds.max_n || p.k > bounds.max_k) {
+    throw invalid_argument(where, "m x n x k = " + std::to_string(p.m) + " x " +
+                                      std::to_string(p.n) + " x " + std::to_string(p.k) +
+                                      " exceeds bounds " + std::to_string(bounds.max_m) + " x " +
+                                      std::to_string(bounds.max_n) + " x " +
+                                      std::to_string(bounds.max_k) +
+                                      " (the CUDA backend would skip it)");
+  }
+  if (p.m == 0 || p.n == 0 || p.k == 0) {
+    return;
+  }
+  require_cuda_rules(exec, (where + ".a").c_str(), memory_space_of(p.a), p.a);
+  require_cuda_rules(exec, (where + ".b").c_str(), memory_space_of(p.b), p.b);
+  require_cuda_rules(exec, (where + ".c").c_str(), memory_space_of(p.c), p.c);
 }
 
 }  // namespace detail

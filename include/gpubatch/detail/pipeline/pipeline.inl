@@ -131,12 +131,15 @@ struct pipeline<In, Out, Exec, Policy>::state {
   [[nodiscard]] std::size_t output_item_bytes() const noexcept {
     return shape.output_elements * sizeof(Out);
   }
+  [[nodiscard]] std::size_t workspace_item_bytes() const noexcept {
+    return shape.workspace.bytes();
+  }
   [[nodiscard]] std::size_t slot_bytes(std::size_t chunk) const {
     const char* where = is_cuda_exec_v<Exec> ? "device" : "host";
     const std::size_t a = detail::pipeline_region_alignment;
     return detail::round_up(detail::checked_bytes(chunk, input_item_bytes(), where), a) +
            detail::round_up(detail::checked_bytes(chunk, output_item_bytes(), where), a) +
-           detail::round_up(detail::checked_bytes(chunk, shape.workspace_bytes, where), a);
+           detail::round_up(detail::checked_bytes(chunk, workspace_item_bytes(), where), a);
   }
 
   /// Makes the ring ready for chunks of `chunk` items; keeps what is big enough.
@@ -212,7 +215,7 @@ struct pipeline<In, Out, Exec, Policy>::state {
   }
 
   [[nodiscard]] std::size_t bytes_per_item() const noexcept {
-    return input_item_bytes() + output_item_bytes() + shape.workspace_bytes;
+    return input_item_bytes() + output_item_bytes() + workspace_item_bytes();
   }
 
   Exec exec;
@@ -234,6 +237,20 @@ pipeline<In, Out, Exec, Policy>::pipeline(Exec exec, item_shape shape, pipeline_
   }
   if (shape.output_elements == 0) {
     throw invalid_argument("shape", "output_elements is 0: every item needs output");
+  }
+  const workspace_size& ws = shape.workspace;
+  if (ws.elements > 0) {
+    if (ws.element_bytes == 0 || ws.alignment == 0 || (ws.alignment & (ws.alignment - 1)) != 0 ||
+        ws.alignment > detail::pipeline_region_alignment) {
+      throw invalid_argument("shape", "workspace: element of " + std::to_string(ws.element_bytes) +
+                                          " bytes aligned to " + std::to_string(ws.alignment) +
+                                          "; build it with gpubatch::workspace_of<T>(count)");
+    }
+    if (ws.elements > static_cast<std::size_t>(-1) / ws.element_bytes) {
+      throw invalid_argument("shape", "workspace: " + std::to_string(ws.elements) +
+                                          " elements of " + std::to_string(ws.element_bytes) +
+                                          " bytes per item overflow std::size_t");
+    }
   }
   detail::check_options(options);
   state_ = std::make_unique<state>(exec, shape, options);
@@ -367,7 +384,8 @@ pipeline_report pipeline<In, Out, Exec, Policy>::run(span<const In> input, span<
     chunk.output =
         span<Out>(reinterpret_cast<Out*>(sl.output), r.count * out_elements, device_space);
     chunk.workspace =
-        span<std::byte>(sl.workspace, r.count * st.shape.workspace_bytes, device_space);
+        span<std::byte>(sl.workspace, r.count * st.shape.workspace.bytes(), device_space);
+    chunk.workspace_per_item = st.shape.workspace;
     st.engine.compute(s, k, [stage_ptr, chunk](auto exec) {
       GPUBATCH_NVTX_RANGE("gpubatch stage", chunk.index, compute);
       (*stage_ptr)(exec, chunk);

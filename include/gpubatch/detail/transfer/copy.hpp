@@ -4,6 +4,7 @@
 /// the caller opted in. Runtime API calls only, so a host-compiled file may use it.
 #pragma once
 
+#include <gpubatch/detail/host/checked.hpp>
 #include <gpubatch/detail/transfer/plan.hpp>
 #include <gpubatch/error.hpp>
 #include <gpubatch/execution.hpp>
@@ -100,11 +101,14 @@ fence_t<Exec> issue_copy(Exec exec, copy_region dst, copy_region src, copy_mode 
   dst.space = resolve_space<Exec>(dst.space, dst.data);
   src.space = resolve_space<Exec>(src.space, src.data);
   if constexpr (is_host_exec_v<Exec>) {
-    (void)exec;
-    (void)mode;
     (void)pool;
     (void)want_fence;
     check_host_copy(dst.space, src.space);
+    if (exec.cuda_memory_rules) {
+      // The same plan the CUDA backend would make: it throws for what a GPU would refuse.
+      (void)plan_cuda_copy(space_under_cuda_rules(dst.data, dst.space),
+                           space_under_cuda_rules(src.data, src.space), mode);
+    }
     copy_host(dst, src);
     return {};
   } else {

@@ -224,7 +224,7 @@ class pinned_pool_state {
       }
       throw_on_cuda_error(status, "cudaHostAlloc", __FILE__, __LINE__);
     } else {
-      p = allocate_host(bytes);
+      p = allocate_host_in_role(bytes, memory_space::pinned);
     }
     const std::lock_guard<std::mutex> lock(mutex_);
     ++counters_.allocations;
@@ -235,7 +235,7 @@ class pinned_pool_state {
     if constexpr (is_cuda_exec_v<Exec>) {
       deallocate_pinned(p);
     } else {
-      deallocate_host(p);
+      deallocate_host_in_role(p);
     }
   }
 
