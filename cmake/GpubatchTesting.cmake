@@ -1,8 +1,19 @@
-# Helpers that define gpubatch's test executables. Catch2 v2 comes from the system or from
+# Helpers that define gpubatch's test executables. Catch2 (v3 or v2) comes from the system or from
 # CMAKE_PREFIX_PATH (scripts/gpu-check points it at a folder when Catch2 is not installed).
 include_guard(GLOBAL)
 
-find_package(Catch2 2 REQUIRED)
+# Catch2 v3 (a compiled library) when installed, else v2 (one header): tests include
+# tests/support/catch.hpp, which picks the headers; gpubatch_catch2 carries the choice.
+find_package(Catch2 3 QUIET CONFIG)
+add_library(gpubatch_catch2 INTERFACE)
+if(Catch2_FOUND)
+  target_link_libraries(gpubatch_catch2 INTERFACE Catch2::Catch2)
+  target_compile_definitions(gpubatch_catch2 INTERFACE GPUBATCH_CATCH2_V3)
+else()
+  find_package(Catch2 2 REQUIRED)
+  target_link_libraries(gpubatch_catch2 INTERFACE Catch2::Catch2)
+endif()
+message(STATUS "gpubatch: tests use Catch2 ${Catch2_VERSION}")
 # Catch.cmake (catch_discover_tests) sits beside Catch2's package config.
 list(APPEND CMAKE_MODULE_PATH "${Catch2_DIR}")
 include(Catch OPTIONAL RESULT_VARIABLE GPUBATCH_CATCH_MODULE)
@@ -12,9 +23,9 @@ set(GPUBATCH_SKIP_RETURN_CODE 77)
 
 # Catch2's implementation is compiled once, for both runners.
 add_library(gpubatch_catch_impl OBJECT "${PROJECT_SOURCE_DIR}/tests/support/catch_impl.cpp")
-target_link_libraries(gpubatch_catch_impl PUBLIC Catch2::Catch2 gpubatch_dev_options)
+target_link_libraries(gpubatch_catch_impl PUBLIC gpubatch_catch2 gpubatch_dev_options)
 add_library(gpubatch_test_main_host OBJECT "${PROJECT_SOURCE_DIR}/tests/support/host_main.cpp")
-target_link_libraries(gpubatch_test_main_host PUBLIC Catch2::Catch2 gpubatch::gpubatch gpubatch_dev_options)
+target_link_libraries(gpubatch_test_main_host PUBLIC gpubatch_catch2 gpubatch::gpubatch gpubatch_dev_options)
 
 # Registers the test cases of `target` with CTest: one CTest test per Catch2 test case when
 # Catch2's CMake module is available, else one per executable.
@@ -32,7 +43,7 @@ endfunction()
 function(gpubatch_add_host_test target)
   add_executable(${target} ${ARGN} $<TARGET_OBJECTS:gpubatch_test_main_host>
                  $<TARGET_OBJECTS:gpubatch_catch_impl>)
-  target_link_libraries(${target} PRIVATE gpubatch::gpubatch Catch2::Catch2 gpubatch_dev_options)
+  target_link_libraries(${target} PRIVATE gpubatch::gpubatch gpubatch_catch2 gpubatch_dev_options)
   set(env "")
   if(GPUBATCH_SANITIZE)
     # Impossible allocations must fail with out_of_memory rather than abort inside ASan.
@@ -45,11 +56,11 @@ endfunction()
 function(gpubatch_add_gpu_test target)
   if(NOT TARGET gpubatch_test_main_gpu)
     add_library(gpubatch_test_main_gpu OBJECT "${PROJECT_SOURCE_DIR}/tests/support/gpu_main.cpp")
-    target_link_libraries(gpubatch_test_main_gpu PUBLIC Catch2::Catch2 gpubatch::gpubatch gpubatch_dev_options)
+    target_link_libraries(gpubatch_test_main_gpu PUBLIC gpubatch_catch2 gpubatch::gpubatch gpubatch_dev_options)
   endif()
   add_executable(${target} ${ARGN} $<TARGET_OBJECTS:gpubatch_test_main_gpu>
                  $<TARGET_OBJECTS:gpubatch_catch_impl>)
-  target_link_libraries(${target} PRIVATE gpubatch::gpubatch Catch2::Catch2 gpubatch_dev_options)
+  target_link_libraries(${target} PRIVATE gpubatch::gpubatch gpubatch_catch2 gpubatch_dev_options)
   _gpubatch_register(${target} PROPERTIES LABELS gpu SKIP_RETURN_CODE ${GPUBATCH_SKIP_RETURN_CODE})
 endfunction()
 

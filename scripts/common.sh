@@ -34,3 +34,19 @@ gpubatch_require_packages() {
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 }
+
+# Catch2 v3 in a private prefix, for the stage that builds the tests against it (Debian 12 ships
+# v2; bookworm-backports has v3). Prints the prefix; fails if it cannot be fetched or verified.
+gpubatch_catch2_v3_prefix() {
+  local dir="$GPUBATCH_ROOT/.deps/catch2-v3"
+  local deb="libcatch2-dev_3.7.1-0.4~bpo12+1_amd64.deb"
+  local sha256="1dbb62ed9f177e1cf51e573903cc553241764bd3b6655f5a98889ad361d008dc"
+  if [ ! -f "$dir/usr/lib/cmake/Catch2/Catch2Config.cmake" ]; then
+    mkdir -p "$dir"
+    curl -sSfL --retry 3 -o "$dir/$deb" \
+      "http://deb.debian.org/debian/pool/main/c/catch2/$deb" >&2 || return 1
+    echo "$sha256  $dir/$deb" | sha256sum -c --quiet - >&2 || return 1
+    dpkg-deb -x "$dir/$deb" "$dir" || return 1
+  fi
+  echo "$dir/usr"
+}

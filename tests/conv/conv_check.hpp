@@ -7,7 +7,7 @@
 
 #include <gpubatch/conv.hpp>
 
-#include <catch2/catch.hpp>
+#include "../support/catch.hpp"
 
 #include <algorithm>
 #include <cmath>

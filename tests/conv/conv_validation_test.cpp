@@ -2,7 +2,7 @@
 // before anything is touched; the output-shape helper; empty problems are no-ops.
 #include <gpubatch/conv.hpp>
 
-#include <catch2/catch.hpp>
+#include "../support/catch.hpp"
 
 #include <cmath>
 #include <ostream>
@@ -29,7 +29,7 @@ void require_invalid(const std::string& parameter, F&& call) {
   } catch (const gpubatch::invalid_argument& e) {
     INFO(e.what());
     CHECK(e.parameter() == parameter);
-    CHECK_THAT(e.what(), Catch::Matchers::Contains(parameter));
+    CHECK_THAT(e.what(), gpubatch::test::Contains(parameter));
   }
 }
 

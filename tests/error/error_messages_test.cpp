@@ -5,13 +5,13 @@
 #include <gpubatch/error.hpp>
 #include <gpubatch/execution.hpp>
 
-#include <catch2/catch.hpp>
+#include "../support/catch.hpp"
 
 #include <cstddef>
 #include <limits>
 #include <string>
 
-using Catch::Matchers::Contains;
+using gpubatch::test::Contains;
 
 TEST_CASE("a CUDA error on a machine without a usable GPU says to use the host backend",
           "[error][messages]") {

@@ -1,11 +1,11 @@
 #include <gpubatch/error.hpp>
 
-#include <catch2/catch.hpp>
+#include "../support/catch.hpp"
 
 #include <new>
 #include <string>
 
-using Catch::Matchers::Contains;
+using gpubatch::test::Contains;
 
 TEST_CASE("GPUBATCH_CUDA_TRY throws cuda_error with the code, its name, the call and file:line",
           "[error]") {

@@ -9,7 +9,7 @@
 #include <gpubatch/gemm.hpp>
 #include <gpubatch/transfer.hpp>
 
-#include <catch2/catch.hpp>
+#include "../support/catch.hpp"
 
 #include <cmath>
 #include <cstdlib>
@@ -23,7 +23,7 @@
 #include <omp.h>
 #endif
 
-using Catch::Matchers::Contains;
+using gpubatch::test::Contains;
 using gpubatch::backend;
 using gpubatch::backend_reason;
 

@@ -8,7 +8,7 @@
 #include <gpubatch/pinned_pool.hpp>
 #include <gpubatch/transfer.hpp>
 
-#include <catch2/catch.hpp>
+#include "../support/catch.hpp"
 
 #include <cmath>
 #include <limits>
@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-using Catch::Matchers::Contains;
+using gpubatch::test::Contains;
 using gpubatch::index_t;
 using gpubatch::op;
 using view = gpubatch::matrix_batch_view<float>;

@@ -1,7 +1,7 @@
 #include <gpubatch/execution.hpp>
 #include <gpubatch/stream.hpp>
 
-#include <catch2/catch.hpp>
+#include "../support/catch.hpp"
 
 #include <type_traits>
 

@@ -6,7 +6,7 @@
 
 #include <gpubatch/gemm.hpp>
 
-#include <catch2/catch.hpp>
+#include "../support/catch.hpp"
 
 #include <algorithm>
 #include <array>

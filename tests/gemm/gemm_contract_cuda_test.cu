@@ -2,13 +2,13 @@
 // refuses on the host, and a program written against on_host_checked runs unchanged on a GPU.
 #include "../support/cuda_backend.hpp"
 
-#include <catch2/catch.hpp>
+#include "../support/catch.hpp"
 
 #include <random>
 #include <string>
 #include <vector>
 
-using Catch::Matchers::Contains;
+using gpubatch::test::Contains;
 using gpubatch::index_t;
 using gpubatch::op;
 using gpubatch::test::test_backend;

@@ -2,7 +2,7 @@
 // the epilogue store.
 #include <gpubatch/gemm.hpp>
 
-#include <catch2/catch.hpp>
+#include "../support/catch.hpp"
 
 #include <cmath>
 #include <limits>

@@ -7,7 +7,7 @@
 #include <gpubatch/detail/gemm/simt_tile.hpp>
 #include <gpubatch/gemm_policy.hpp>
 
-#include <catch2/catch.hpp>
+#include "../support/catch.hpp"
 
 #include <algorithm>
 #include <array>

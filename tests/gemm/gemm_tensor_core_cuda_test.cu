@@ -72,7 +72,7 @@ TEST_CASE("gemm with user tensor-core policies", "[gemm][tensor_core]") {
       check_gemm<test_backend, half, half, identity, deep>(c);
     } else {
       CHECK_THROWS_WITH((check_gemm<test_backend, half, half, identity, deep>(c)),
-                        Catch::Matchers::Contains("bytes of shared memory per block"));
+                        gpubatch::test::Contains("bytes of shared memory per block"));
     }
     check_gemm<test_backend, std::int8_t, std::int32_t, identity, narrow>(c);
   }

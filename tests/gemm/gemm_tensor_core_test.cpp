@@ -6,7 +6,7 @@
 #include <gpubatch/detail/gemm/tensor_core.hpp>
 #include <gpubatch/gemm_policy.hpp>
 
-#include <catch2/catch.hpp>
+#include "../support/catch.hpp"
 
 #include <array>
 #include <cstring>

@@ -7,7 +7,7 @@
 #include <gpubatch/detail/gemm/tile_schedule.hpp>
 #include <gpubatch/gemm_problem.hpp>
 
-#include <catch2/catch.hpp>
+#include "../support/catch.hpp"
 
 #include <map>
 #include <random>

@@ -11,7 +11,7 @@
 #include <gpubatch/gemm_policy.hpp>
 #include <gpubatch/gemm_problem.hpp>
 
-#include <catch2/catch.hpp>
+#include "../support/catch.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -2,7 +2,7 @@
 // anything is touched; empty problems are no-ops.
 #include <gpubatch/gemm.hpp>
 
-#include <catch2/catch.hpp>
+#include "../support/catch.hpp"
 
 #include <cmath>
 #include <string>
@@ -22,7 +22,7 @@ void require_invalid(const std::string& parameter, F&& call) {
   } catch (const gpubatch::invalid_argument& e) {
     CHECK(e.parameter() == parameter);
     INFO(e.what());
-    CHECK_THAT(e.what(), Catch::Matchers::Contains(parameter));
+    CHECK_THAT(e.what(), gpubatch::test::Contains(parameter));
   }
 }
 

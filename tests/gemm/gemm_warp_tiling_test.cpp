@@ -7,7 +7,7 @@
 #include <gpubatch/detail/gemm/warp_tiling.hpp>
 #include <gpubatch/gemm_policy.hpp>
 
-#include <catch2/catch.hpp>
+#include "../support/catch.hpp"
 
 #include <cstdint>
 #include <map>

@@ -11,7 +11,9 @@ namespace gpubatch::test {
 struct test_backend {
   using exec_type = host_exec;
   static constexpr const char* name = "host";
-  static exec_type exec() { return host_exec{}; }
+  /// Checked mode: the host backend refuses what the CUDA backend would, so every shared body
+  /// that passes here places its data as a GPU needs it.
+  static exec_type exec() { return on_host_checked; }
   static constexpr memory_space space = memory_space::host;
 
   template <class T>

@@ -1,7 +1,7 @@
 // The views' index math runs unchanged inside a kernel, and views build from thrust vectors.
 #include <gpubatch/gpubatch.hpp>
 
-#include <catch2/catch.hpp>
+#include "../support/catch.hpp"
 #if !defined(GPUBATCH_EMULATION)
 // Thrust's CUDA backend needs nvcc: the emulated device runs the view code without it.
 #include <thrust/device_vector.h>

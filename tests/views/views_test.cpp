@@ -1,7 +1,7 @@
 #include <gpubatch/containers.hpp>
 #include <gpubatch/views.hpp>
 
-#include <catch2/catch.hpp>
+#include "../support/catch.hpp"
 
 #include <string>
 #include <type_traits>
@@ -24,7 +24,7 @@ void require_invalid(const std::string& parameter, F&& make) {
     FAIL("no exception; expected invalid_argument for '" << parameter << "'");
   } catch (const gpubatch::invalid_argument& e) {
     CHECK(e.parameter() == parameter);
-    CHECK_THAT(e.what(), Catch::Matchers::Contains(parameter));
+    CHECK_THAT(e.what(), gpubatch::test::Contains(parameter));
   }
 }
 }  // namespace

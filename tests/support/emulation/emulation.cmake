@@ -34,7 +34,7 @@ endif()
 # The runner of the emulated tests: the gpu tests' runner, whose device check finds the
 # emulated devices. Compiled once for all of them.
 add_library(gpubatch_test_main_emulated OBJECT "${PROJECT_SOURCE_DIR}/tests/support/gpu_main.cpp")
-target_link_libraries(gpubatch_test_main_emulated PUBLIC gpubatch_emulation Catch2::Catch2
+target_link_libraries(gpubatch_test_main_emulated PUBLIC gpubatch_emulation gpubatch_catch2
                                                          gpubatch_dev_options)
 
 # gpubatch_add_emulated_test(<target> <file.cu> [DEVICES <list>] [ARCH <sm>] [RUN_WITHOUT_DEVICE]
@@ -63,7 +63,7 @@ function(gpubatch_add_emulated_test target source)
   if(ARG_ARCH)
     target_compile_definitions(${target} PRIVATE GPUBATCH_EMULATION_ARCH=${ARG_ARCH})
   endif()
-  target_link_libraries(${target} PRIVATE gpubatch_emulation Catch2::Catch2 gpubatch_dev_options)
+  target_link_libraries(${target} PRIVATE gpubatch_emulation gpubatch_catch2 gpubatch_dev_options)
   set(properties LABELS emulated ${ARG_PROPERTIES})
   if(ARG_DEVICES)
     list(APPEND properties ENVIRONMENT "GPUBATCH_EMULATED_DEVICES=${ARG_DEVICES}")

@@ -6,7 +6,7 @@
 #include <gpubatch/launch.hpp>
 #include <gpubatch/stream.hpp>
 
-#include <catch2/catch.hpp>
+#include "../catch.hpp"
 
 #include <vector>
 

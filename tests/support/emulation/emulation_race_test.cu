@@ -5,7 +5,7 @@
 #include <gpubatch/launch.hpp>
 #include <gpubatch/stream.hpp>
 
-#include <catch2/catch.hpp>
+#include "../catch.hpp"
 
 namespace {
 /// Thread t writes slot t, then reads slot t + 1 without a barrier in between.

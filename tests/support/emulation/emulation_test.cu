@@ -6,7 +6,7 @@
 #include <gpubatch/numeric.hpp>
 #include <gpubatch/stream.hpp>
 
-#include <catch2/catch.hpp>
+#include "../catch.hpp"
 #include <cuda_pipeline_primitives.h>
 #include <mma.h>
 
