@@ -10,11 +10,11 @@
 #include <gpubatch/transfer.hpp>
 
 #include "../support/catch.hpp"
+#include "../support/inputs.hpp"
 
 #include <cmath>
 #include <cstdlib>
 #include <limits>
-#include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -53,13 +53,6 @@ backend_reason expected_reason() {
 #endif
 }
 
-std::vector<float> random_floats(std::size_t count, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> uniform(-1.0F, 1.0F);
-  std::vector<float> v(count);
-  for (float& e : v) e = uniform(rng);
-  return v;
-}
 
 }  // namespace
 
@@ -87,8 +80,8 @@ TEST_CASE("best_available_choice says which backend a CUDA file runs, and why",
 TEST_CASE("with_best_available(f) runs a GEMM on either machine and returns when it is done",
           "[execution][best_available]") {
   const gpubatch::index_t m = 17, n = 33, k = 9, count = 3;
-  const std::vector<float> a = random_floats(static_cast<std::size_t>(m * k * count), 11);
-  const std::vector<float> b = random_floats(static_cast<std::size_t>(k * n * count), 12);
+  const std::vector<float> a = gpubatch::test::random_inputs<float>(static_cast<std::size_t>(m * k * count), 11);
+  const std::vector<float> b = gpubatch::test::random_inputs<float>(static_cast<std::size_t>(k * n * count), 12);
   backend ran = backend::host;
 
   // The result comes back through a pinned buffer filled asynchronously: it is complete only

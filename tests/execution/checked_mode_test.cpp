@@ -9,10 +9,10 @@
 #include <gpubatch/transfer.hpp>
 
 #include "../support/catch.hpp"
+#include "../support/inputs.hpp"
 
 #include <cmath>
 #include <limits>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -37,13 +37,6 @@ void require_invalid(const std::string& parameter, F&& call, const char* words =
   }
 }
 
-std::vector<float> random_floats(std::size_t n, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> uniform(-1.0F, 1.0F);
-  std::vector<float> v(n);
-  for (float& x : v) x = uniform(rng);
-  return v;
-}
 
 template <class Buffer>
 void upload(Buffer& buffer, const std::vector<float>& values) {
@@ -56,7 +49,7 @@ constexpr index_t m = 17, n = 5, k = 33, count = 3;
 
 TEST_CASE("on_host_checked refuses GEMM operands in memory a GPU could not read",
           "[checked]") {
-  std::vector<float> a = random_floats(m * k * count, 1), b = random_floats(k * n * count, 2);
+  std::vector<float> a = gpubatch::test::random_inputs<float>(m * k * count, 1), b = gpubatch::test::random_inputs<float>(k * n * count, 2);
   std::vector<float> c(m * n * count, 0.0F);
   // Plain vectors: fine on the host backend, refused in checked mode, as on a GPU.
   CHECK_NOTHROW(gpubatch::gemm(gpubatch::on_host, op::none, op::none, 1.0F,
@@ -91,9 +84,9 @@ TEST_CASE("on_host_checked refuses GEMM operands in memory a GPU could not read"
 TEST_CASE("on_host_checked refuses a bias a GPU could not read; on_host accepts it", "[checked]") {
   gpubatch::device_buffer<float> da(m * k, gpubatch::on_host), db(k * n, gpubatch::on_host),
       dc(m * n, gpubatch::on_host);
-  upload(da, random_floats(m * k, 3));
-  upload(db, random_floats(k * n, 4));
-  const std::vector<float> bias = random_floats(n, 5);
+  upload(da, gpubatch::test::random_inputs<float>(m * k, 3));
+  upload(db, gpubatch::test::random_inputs<float>(k * n, 4));
+  const std::vector<float> bias = gpubatch::test::random_inputs<float>(n, 5);
   const auto run = [&](gpubatch::host_exec exec, const float* b) {
     gpubatch::gemm(exec, op::none, op::none, 1.0F, const_view::packed(da, m, k, 1),
                    const_view::packed(db, k, n, 1), 0.0F, view::packed(dc, m, n, 1),
@@ -109,7 +102,7 @@ TEST_CASE("on_host_checked refuses a bias a GPU could not read; on_host accepts 
 
 TEST_CASE("on_host_checked applies the CUDA backend's rules to asynchronous copies",
           "[checked]") {
-  std::vector<float> pageable = random_floats(64, 6);
+  std::vector<float> pageable = gpubatch::test::random_inputs<float>(64, 6);
   gpubatch::device_buffer<float> device(64, gpubatch::on_host);
   gpubatch::pinned_buffer<float> pinned(64, gpubatch::on_host);
   CHECK_NOTHROW(gpubatch::copy_async(gpubatch::on_host, device, pageable));
@@ -140,8 +133,8 @@ TEST_CASE("on_host_checked applies the CUDA backend's rules to asynchronous copi
 TEST_CASE("on_host_checked asks a grouped GEMM for what the CUDA backend needs", "[checked]") {
   gpubatch::device_buffer<float> a(8 * 8, gpubatch::on_host), b(8 * 8, gpubatch::on_host),
       c(8 * 8, gpubatch::on_host);
-  upload(a, random_floats(64, 7));
-  upload(b, random_floats(64, 8));
+  upload(a, gpubatch::test::random_inputs<float>(64, 7));
+  upload(b, gpubatch::test::random_inputs<float>(64, 8));
   using problem = gpubatch::gemm_problem<const float, const float, float>;
   const problem p{8, 8, 8, a.data(), 8, b.data(), 8, c.data(), 8};
   const gpubatch::grouped_gemm_layout layouts{};
@@ -167,7 +160,7 @@ TEST_CASE("on_host_checked asks a grouped GEMM for what the CUDA backend needs",
 }
 
 TEST_CASE("a null entry in a pointer-array batch is an error, not a crash", "[checked]") {
-  std::vector<float> a = random_floats(4 * 4 * 3, 9), b = random_floats(4 * 4 * 3, 10);
+  std::vector<float> a = gpubatch::test::random_inputs<float>(4 * 4 * 3, 9), b = gpubatch::test::random_inputs<float>(4 * 4 * 3, 10);
   std::vector<float> c(4 * 4 * 3);
   std::vector<const float*> pa{a.data(), a.data() + 16, a.data() + 32};
   std::vector<const float*> pb{b.data(), nullptr, b.data() + 32};
@@ -181,13 +174,13 @@ TEST_CASE("a null entry in a pointer-array batch is an error, not a crash", "[ch
 }
 
 TEST_CASE("a null bias is an error, not a crash, for GEMM and convolution", "[checked]") {
-  std::vector<float> a = random_floats(16, 11), b = random_floats(16, 12), c(16);
+  std::vector<float> a = gpubatch::test::random_inputs<float>(16, 11), b = gpubatch::test::random_inputs<float>(16, 12), c(16);
   require_invalid("epilogue", [&] {
     gpubatch::gemm(gpubatch::on_host, op::none, op::none, 1.0F, const_view::packed(a, 4, 4, 1),
                    const_view::packed(b, 4, 4, 1), 0.0F, view::packed(c, 4, 4, 1),
                    gpubatch::epilogue::bias_col<float>{nullptr});
   }, "bias_col's bias pointer is null");
-  std::vector<float> x = random_floats(2 * 3 * 5 * 5, 13), w = random_floats(4 * 3 * 3 * 3, 14);
+  std::vector<float> x = gpubatch::test::random_inputs<float>(2 * 3 * 5 * 5, 13), w = gpubatch::test::random_inputs<float>(4 * 3 * 3 * 3, 14);
   std::vector<float> y(2 * 4 * 3 * 3);
   using tensor = gpubatch::tensor4d_view<float>;
   using const_tensor = gpubatch::tensor4d_view<const float>;

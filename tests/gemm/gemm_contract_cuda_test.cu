@@ -3,8 +3,8 @@
 #include "../support/cuda_backend.hpp"
 
 #include "../support/catch.hpp"
+#include "../support/inputs.hpp"
 
-#include <random>
 #include <string>
 #include <vector>
 
@@ -17,13 +17,6 @@ using const_view = gpubatch::matrix_batch_view<const float>;
 
 namespace {
 
-std::vector<float> random_floats(std::size_t n, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> uniform(-1.0F, 1.0F);
-  std::vector<float> v(n);
-  for (float& x : v) x = uniform(rng);
-  return v;
-}
 
 /// The program under test: written once for any backend, data in the backend's buffers.
 template <class Exec>
@@ -49,9 +42,9 @@ std::vector<float> linear_layer(Exec exec, const std::vector<float>& a, const st
 TEST_CASE("a program that passes on_host_checked gives the same result on the CUDA backend",
           "[contract]") {
   const index_t m = 33, n = 17, k = 65, count = 3;
-  const auto a = random_floats(static_cast<std::size_t>(m * k * count), 1);
-  const auto b = random_floats(static_cast<std::size_t>(n * k * count), 2);
-  const auto bias = random_floats(static_cast<std::size_t>(n), 3);
+  const auto a = gpubatch::test::random_inputs<float>(static_cast<std::size_t>(m * k * count), 1);
+  const auto b = gpubatch::test::random_inputs<float>(static_cast<std::size_t>(n * k * count), 2);
+  const auto bias = gpubatch::test::random_inputs<float>(static_cast<std::size_t>(n), 3);
   const std::vector<float> host = linear_layer(gpubatch::on_host_checked, a, b, bias, m, n, k, count);
   const std::vector<float> cuda = linear_layer(test_backend::exec(), a, b, bias, m, n, k, count);
   REQUIRE(host.size() == cuda.size());
