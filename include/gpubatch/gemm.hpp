@@ -83,7 +83,9 @@ void run_gemm(Exec exec, const Batch& batch, Compute alpha, Compute beta, const 
 /// @param op_a, op_b whether A and B are read transposed
 /// @param alpha, beta scalars in the accumulate type
 /// @param a, b, c the batches; op(A) is m x k, op(B) k x n, C m x n, all with the same count
-/// @param epilogue applied to every element before it is stored (see epilogue.hpp)
+/// @param epilogue applied to every element before it is stored (see epilogue.hpp); a bias or
+///        residual must be non-null and readable by the backend (device memory for the CUDA
+///        backend; gpubatch::on_host_checked applies that rule on the host)
 /// @param options e.g. allow_tf32 for f32 on tensor cores
 /// @throws invalid_argument naming the parameter: mismatched shapes or counts, or a view in
 ///         memory the backend cannot access
@@ -128,7 +130,11 @@ void gemm(Exec exec, op op_a, op op_b, detail::scalar_t<TA> alpha,
 /// @brief Pointer-array GEMM: uniform shapes, one pointer per problem for each operand.
 ///
 /// The pointer arrays must be accessible to the backend (device memory for the CUDA backend).
-/// @throws invalid_argument as for the strided form
+/// A null entry is an invalid_argument naming the operand wherever the host can read the array:
+/// always on the host backend, for pinned or managed arrays on the CUDA backend. An array in
+/// device memory is not read back (a copy and a synchronisation per call); a null entry there
+/// faults in the kernel (cudaErrorIllegalAddress at the next synchronisation).
+/// @throws invalid_argument as for the strided form, and for a null entry
 template <class Policy = void, class Exec, class TA, class TB, class TC,
           class Epilogue = epilogue::identity>
 void gemm(Exec exec, op op_a, op op_b, detail::scalar_t<TA> alpha,
@@ -176,7 +182,8 @@ void gemm(Exec exec, op op_a, op op_b, detail::scalar_t<TA> alpha,
 /// kernel and its grid are chosen from `bounds`, which must be upper bounds of every problem's
 /// m, n and k (a problem outside them is a precondition violation; it is skipped, its C left
 /// as it was). On the host backend `problems` is in host memory, each problem is validated,
-/// and `bounds` is ignored.
+/// and `bounds` is ignored; gpubatch::on_host_checked asks for what the CUDA backend needs:
+/// descriptors in a device_buffer or pinned memory, bounds, every problem within them.
 ///
 /// @param problems `count` problem descriptors
 /// @throws invalid_argument naming the parameter: a negative count, a null descriptor array,

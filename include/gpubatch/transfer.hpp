@@ -326,7 +326,8 @@ GPUBATCH_ABI_BEGIN
 /// With cuda_exec a pageable host side is refused: cudaMemcpyAsync from or to pageable memory
 /// blocks the calling thread, which is not what an async copy promises. Use pinned memory
 /// (pinned_buffer, pinned_pool, register_host), the overload taking stage_through(pool), or
-/// copy(). With host_exec the copy is a memcpy, done when the call returns.
+/// copy(). With host_exec the copy is a memcpy, done when the call returns, and a pageable side
+/// is accepted; gpubatch::on_host_checked refuses it as the CUDA backend does.
 ///
 /// Copies through a pooled_buffer record their fence on it, so its block is not reused before
 /// the copy has completed. The memory of both sides must stay valid until then (an owning
