@@ -105,3 +105,42 @@ TEST_CASE("a null entry in a pinned pointer array is refused before the CUDA ker
   }
   test_backend::synchronize();
 }
+
+#if defined(GPUBATCH_EMULATION)
+TEST_CASE("repeated calls ask the runtime about the device once, not on every call",
+          "[overhead]") {
+  // Small batched work is where launch overhead dominates: after the first call, the dispatch
+  // must answer from what it learned (architecture, shared memory, SMs, occupancy).
+  const auto exec = test_backend::exec();
+  gpubatch::device_buffer<float> a(256 * 256, exec), b(256 * 256, exec), c(256 * 256, exec);
+  test_backend::from_host(a.data(), gpubatch::test::random_inputs<float>(a.size(), 21));
+  test_backend::from_host(b.data(), gpubatch::test::random_inputs<float>(b.size(), 22));
+  using problem = gpubatch::gemm_problem<const float, const float, float>;
+  const std::vector<problem> host_problems{{40, 50, 60, a.data(), 60, b.data(), 50, c.data(), 50},
+                                           {70, 20, 30, a.data(), 30, b.data(), 20, c.data(), 20}};
+  gpubatch::device_buffer<problem> problems(host_problems.size(), exec);
+  test_backend::from_host(problems.data(), host_problems);
+  using tensor = gpubatch::tensor4d_view<float>;
+  using const_tensor = gpubatch::tensor4d_view<const float>;
+  const auto nhwc = gpubatch::tensor_layout::nhwc;
+
+  const auto calls = [&] {
+    gpubatch::gemm(exec, op::none, op::none, 1.0F, const_view::packed(a, 8, 8, 64),
+                   const_view::packed(b, 8, 8, 64), 0.0F, view::packed(c, 8, 8, 64));  // tiny
+    gpubatch::gemm(exec, op::none, op::transpose, 1.0F, const_view::packed(a, 200, 64, 1),
+                   const_view::packed(b, 200, 64, 1), 0.0F, view::packed(c, 200, 200, 1));
+    gpubatch::gemm_grouped(exec, gpubatch::grouped_gemm_layout{}, 1.0F, problems.data(), 2, 0.0F,
+                           gpubatch::epilogue::identity{}, gpubatch::grouped_gemm_bounds{70, 50, 60});
+    gpubatch::conv2d(exec, gpubatch::conv2d_params{}.with_padding(1, 1), 1.0F,
+                     const_tensor(a.data(), 2, 16, 12, 12, nhwc),
+                     const_tensor(b.data(), 16, 16, 3, 3, nhwc), 0.0F,
+                     tensor(c.data(), 2, 16, 12, 12, nhwc));
+  };
+  calls();
+  test_backend::synchronize();
+  const long long after_first = gpubatch_emu::query_count();
+  for (int i = 0; i < 3; ++i) calls();
+  test_backend::synchronize();
+  CHECK(gpubatch_emu::query_count() == after_first);
+}
+#endif

@@ -28,12 +28,7 @@ GPUBATCH_NAMESPACE_BEGIN
 namespace detail::cuda_conv {
 
 /// Streaming multiprocessors of the current device.
-inline int sm_count() {
-  int device = 0, sms = 0;
-  GPUBATCH_CUDA_TRY(cudaGetDevice(&device));
-  GPUBATCH_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  return sms;
-}
+inline int sm_count() { return cuda_gemm::current_device_facts().sms; }
 
 template <class P>
 struct policy_tag {

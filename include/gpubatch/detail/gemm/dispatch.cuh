@@ -17,40 +17,84 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 
 GPUBATCH_NAMESPACE_BEGIN
 namespace detail::cuda_gemm {
 
-/// Compute capability of the current device as 10 * major + minor (e.g. 90).
-inline int current_arch() {
+/// What the dispatch needs to know of a device, and of this file's code on it. None of it
+/// changes while the process runs, so it is read once per device: small batched calls are where
+/// launch overhead dominates, and each runtime query costs about as much as a launch.
+struct device_facts {
+  int arch = 0;                  ///< compute capability as 10 * major + minor (e.g. 90)
+  int code_arch = 0;             ///< what this file's kernels run as there (see code_arch())
+  std::int64_t shared_optin = 0; ///< shared memory a block may have once its kernel opts in
+  int sms = 0;                   ///< streaming multiprocessors
+};
+
+/// The current device's facts, queried on first use per device.
+inline const device_facts& current_device_facts() {
   int device = 0;
   GPUBATCH_CUDA_TRY(cudaGetDevice(&device));
-  int major = 0, minor = 0;
+  static std::mutex mutex;
+  static std::map<int, device_facts> known;  // node-based: references stay valid
+  const std::lock_guard<std::mutex> lock(mutex);
+  const auto found = known.find(device);
+  if (found != known.end()) {
+    return found->second;
+  }
+  device_facts facts;
+  int major = 0, minor = 0, shared = 0;
   GPUBATCH_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   GPUBATCH_CUDA_TRY(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-  return 10 * major + minor;
+  GPUBATCH_CUDA_TRY(cudaDeviceGetAttribute(&shared, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  GPUBATCH_CUDA_TRY(cudaDeviceGetAttribute(&facts.sms, cudaDevAttrMultiProcessorCount, device));
+  facts.arch = 10 * major + minor;
+  facts.shared_optin = shared;
+  // Read as CUB does, from the PTX version of a kernel compiled with the others.
+  cudaFuncAttributes attributes{};
+  GPUBATCH_CUDA_TRY(cudaFuncGetAttributes(&attributes, arch_probe_kernel<>));
+  facts.code_arch = std::min(facts.arch, attributes.ptxVersion);
+  return known.emplace(device, facts).first->second;
 }
 
+/// Compute capability of the current device as 10 * major + minor (e.g. 90).
+inline int current_arch() { return current_device_facts().arch; }
+
 /// Shared memory a block may have on the current device once its kernel opts in.
-inline std::int64_t shared_limit() {
-  int device = 0, bytes = 0;
-  GPUBATCH_CUDA_TRY(cudaGetDevice(&device));
-  GPUBATCH_CUDA_TRY(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  return bytes;
-}
+inline std::int64_t shared_limit() { return current_device_facts().shared_optin; }
 
 /// The architecture the code of this translation unit runs as on the current device, as
 /// 10 * major + minor: the device's compute capability, or less when the kernels were compiled
 /// only for older architectures (a program built for sm_75 runs its sm_75 code on an sm_90
-/// device, where the tensor-core kernels compile to a trap). Read as CUB does, from the PTX
-/// version of a kernel compiled with the others.
-inline int code_arch() {
-  cudaFuncAttributes attributes{};
-  GPUBATCH_CUDA_TRY(cudaFuncGetAttributes(&attributes, arch_probe_kernel<>));
-  return std::min(current_arch(), attributes.ptxVersion);
+/// device, where the tensor-core kernels compile to a trap).
+inline int code_arch() { return current_device_facts().code_arch; }
+
+/// Blocks of `kernel` one multiprocessor of the current device holds at once, queried once per
+/// kernel, block size, shared memory size and device.
+template <class Kernel>
+int resident_blocks_per_sm(Kernel kernel, int threads, std::size_t shared_bytes) {
+  int device = 0;
+  GPUBATCH_CUDA_TRY(cudaGetDevice(&device));
+  using key = std::tuple<const void*, int, std::size_t, int>;
+  static std::mutex mutex;
+  static std::map<key, int> known;
+  const key k{reinterpret_cast<const void*>(kernel), threads, shared_bytes, device};
+  const std::lock_guard<std::mutex> lock(mutex);
+  const auto found = known.find(k);
+  if (found != known.end()) {
+    return found->second;
+  }
+  int per_sm = 0;
+  GPUBATCH_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads,
+                                                                   shared_bytes));
+  known.emplace(k, per_sm);
+  return per_sm;
 }
 
 /// A kernel's launch asks for all its shared memory as dynamic shared memory (gpubatch's kernels
@@ -109,13 +153,9 @@ template <class Policy, class Kernel, class Batch, class Compute, class Epilogue
 void launch_walk(Kernel kernel, std::int64_t shared_bytes, cudaStream_t stream,
                  const Batch& batch, Compute alpha, Compute beta, const Epilogue& epilogue) {
   allow_shared_bytes(kernel, shared_bytes);
-  int device = 0;
-  GPUBATCH_CUDA_TRY(cudaGetDevice(&device));
-  int sms = 0;
-  GPUBATCH_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  int per_sm = 0;
-  GPUBATCH_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-      &per_sm, kernel, Policy::threads, static_cast<std::size_t>(shared_bytes)));
+  const int sms = current_device_facts().sms;
+  const int per_sm =
+      resident_blocks_per_sm(kernel, Policy::threads, static_cast<std::size_t>(shared_bytes));
   const index_t resident = index_t{sms} * std::max(per_sm, 1);
   const index_t blocks = tile_schedule::walking_grid(batch.count, batch.bounds, Policy::tile_m,
                                                      Policy::tile_n, resident);

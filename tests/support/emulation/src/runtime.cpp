@@ -540,6 +540,12 @@ char memory_kind(const void* p, std::size_t bytes) {
   return a->kind == space::device ? 'd' : 'p';
 }
 
+namespace {
+std::atomic<long long> queries{0};
+}  // namespace
+
+long long query_count() { return queries.load(); }
+
 int register_compiled_arch(int arch) {
   int& value = compiled_arch_value();
   if (value != 0 && value != arch) {
@@ -700,6 +706,7 @@ cudaError_t cudaRuntimeGetVersion(int* version) {
 }
 
 cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
+  gpubatch_emu::queries.fetch_add(1);
   const device_model* d = device_at(device);
   if (d == nullptr) return fail(cudaErrorInvalidDevice);
   if (value == nullptr) return fail(cudaErrorInvalidValue);
@@ -734,6 +741,7 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) 
 }
 
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
+  gpubatch_emu::queries.fetch_add(1);
   const device_model* d = device_at(device);
   if (d == nullptr) return fail(cudaErrorInvalidDevice);
   if (prop == nullptr) return fail(cudaErrorInvalidValue);
@@ -776,6 +784,7 @@ cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int v
 }
 
 cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* attr, const void* func) {
+  gpubatch_emu::queries.fetch_add(1);
   EMU_LOCK;
   EMU_STICKY;
   if (attr == nullptr || func == nullptr) return fail(cudaErrorInvalidValue);
@@ -794,6 +803,7 @@ cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* attr, const void* func) {
 cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, const void* func,
                                                           int block_size,
                                                           std::size_t dynamic_shared) {
+  gpubatch_emu::queries.fetch_add(1);
   EMU_LOCK;
   EMU_STICKY;
   if (blocks == nullptr || func == nullptr || block_size <= 0) return fail(cudaErrorInvalidValue);

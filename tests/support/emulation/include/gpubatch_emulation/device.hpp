@@ -99,6 +99,11 @@ cudaError_t submit_launch(launch_request request);
 
 /// Called once per translation unit so that kernels report the architecture they were built for.
 int register_compiled_arch(int arch);
+
+/// How many device and kernel queries (cudaDeviceGetAttribute, cudaGetDeviceProperties,
+/// cudaFuncGetAttributes, cudaOccupancyMaxActiveBlocksPerMultiprocessor) the program has made:
+/// tests of the per-call overhead of gpubatch's dispatch count them.
+long long query_count();
 #if !defined(GPUBATCH_EMULATION_RUNTIME)
 [[maybe_unused]] static const int compiled_arch_registration =
     register_compiled_arch(GPUBATCH_EMULATION_ARCH);
