@@ -20,6 +20,7 @@
 
 #include <gpubatch/config.hpp>
 #include <gpubatch/conv_problem.hpp>
+#include <gpubatch/detail/fast_divider.hpp>
 #include <gpubatch/views.hpp>
 
 #include <cstdint>
@@ -36,6 +37,10 @@ struct conv2d_geometry {
   index_t stride_h, stride_w, dilation_h, dilation_w;
   index_t groups;
   tensor_layout order;
+  /// Divisions of the gather's reduction index (see fprop_gemm::a), set by make_geometry:
+  /// by C/groups and S (NHWC) or R * S and S (NCHW). Valid when fast_gather is.
+  fast_divider k_outer_divider{}, s_divider{};
+  bool fast_gather = false;  ///< the reduction index fits 31 bits
 
   GPUBATCH_HOST_DEVICE index_t cg() const { return c / groups; }
   GPUBATCH_HOST_DEVICE index_t kg() const { return k / groups; }
@@ -65,23 +70,33 @@ GPUBATCH_HOST_DEVICE conv2d_geometry make_geometry(index_t n, index_t c, index_t
                                                    index_t k, index_t r, index_t s,
                                                    const conv2d_params& prm,
                                                    tensor_layout order) {
-  return {n,
-          c,
-          h,
-          w,
-          k,
-          r,
-          s,
-          conv2d_output_extent(h, prm.pad_h_begin, prm.pad_h_end, r, prm.stride_h, prm.dilation_h),
-          conv2d_output_extent(w, prm.pad_w_begin, prm.pad_w_end, s, prm.stride_w, prm.dilation_w),
-          prm.pad_h_begin,
-          prm.pad_w_begin,
-          prm.stride_h,
-          prm.stride_w,
-          prm.dilation_h,
-          prm.dilation_w,
-          prm.groups,
-          order};
+  conv2d_geometry g{n,
+                    c,
+                    h,
+                    w,
+                    k,
+                    r,
+                    s,
+                    conv2d_output_extent(h, prm.pad_h_begin, prm.pad_h_end, r, prm.stride_h,
+                                         prm.dilation_h),
+                    conv2d_output_extent(w, prm.pad_w_begin, prm.pad_w_end, s, prm.stride_w,
+                                         prm.dilation_w),
+                    prm.pad_h_begin,
+                    prm.pad_w_begin,
+                    prm.stride_h,
+                    prm.stride_w,
+                    prm.dilation_h,
+                    prm.dilation_w,
+                    prm.groups,
+                    order};
+  constexpr index_t limit = index_t{1} << 31;
+  g.fast_gather = g.gemm_k() < limit && g.cg() >= 1 && g.s >= 1 && g.r * g.s < limit;
+  if (g.fast_gather) {
+    g.k_outer_divider =
+        fast_divider(static_cast<std::uint32_t>(g.nhwc() ? g.cg() : g.r * g.s));
+    g.s_divider = fast_divider(static_cast<std::uint32_t>(g.s));
+  }
+  return g;
 }
 
 /// Where an output element sits for the epilogue: (batch, row, col) of epilogue.hpp.
@@ -143,7 +158,17 @@ struct fprop_gemm {
       return nullptr;
     }
     index_t ic, ir, is;
-    if (geo.nhwc()) {
+    if (geo.fast_gather) {
+      // kk = outer * divisor + inner: NHWC (r * S + s, c), NCHW (c, r * S + s).
+      const auto index = static_cast<std::uint32_t>(kk);
+      const std::uint32_t outer = geo.k_outer_divider.divide(index);
+      const std::uint32_t inner = index - outer * geo.k_outer_divider.divisor();
+      const std::uint32_t rs = geo.nhwc() ? outer : inner;
+      const std::uint32_t tap_r = geo.s_divider.divide(rs);
+      ic = geo.nhwc() ? inner : outer;
+      ir = tap_r;
+      is = rs - tap_r * geo.s_divider.divisor();
+    } else if (geo.nhwc()) {
       const index_t rs = kk / geo.cg();
       ic = kk - rs * geo.cg();
       ir = rs / geo.s;
