@@ -217,4 +217,22 @@ struct conv2d_options {
   std::size_t workspace_bytes = 0;
 };
 
+/// @brief Options of the convolution backward passes: only how they compute, never what.
+///
+/// Every backward pass is run-to-run deterministic (no atomics: split reductions go through the
+/// workspace and are summed in a fixed order). `deterministic` also fixes that order
+/// independently of the device, the policy and the launch split (fixed chunks of the reduction,
+/// see conv2d_backward_filter), so results are bitwise equal on any GPU; it then needs the
+/// workspace the *_workspace_size queries report, on both backends alike.
+struct conv2d_backward_options {
+  /// Reduce in an order that depends on the problem alone (needs the reported workspace).
+  bool deterministic = false;
+  /// Device memory the CUDA backend may use to split a long reduction across blocks (and must,
+  /// with `deterministic`); also the per-sample gradient buffer of
+  /// conv2d_backward_filter_per_sample_norms. Null: no split.
+  void* workspace = nullptr;
+  /// Bytes at `workspace`.
+  std::size_t workspace_bytes = 0;
+};
+
 }  // namespace gpubatch

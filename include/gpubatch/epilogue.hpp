@@ -89,6 +89,41 @@ struct residual_add {
   }
 };
 
+/// @brief The backward of a fused ReLU: `value * (forward(batch, row, col) > 0)`, given the
+/// layer's forward output (ReLU's output is positive exactly where its input was). Fused into
+/// a backward pass, it turns the gradient of a layer's output into that of its pre-activation.
+/// @tparam R the forward output's element type; the view must have the output's shape
+template <class R>
+struct relu_backward {
+  matrix_batch_view<const R> forward;
+  template <class T>
+  GPUBATCH_HOST_DEVICE T operator()(T value, index_t batch, index_t row, index_t col) const {
+    return static_cast<T>(forward(batch, row, col)) > T(0) ? value : T(0);
+  }
+};
+
+/// @brief The backward of gelu_tanh: `value * gelu_tanh'(x)`, where x is the pre-activation
+/// (the value before the activation, which GELU's output does not determine: keep it from the
+/// forward pass, e.g. by running the forward with the identity epilogue and the activation
+/// separately, or recompute it).
+/// @tparam R the pre-activation's element type; the view must have the output's shape
+template <class R>
+struct gelu_tanh_backward {
+  matrix_batch_view<const R> preactivation;
+  template <class T>
+  GPUBATCH_HOST_DEVICE T operator()(T value, index_t batch, index_t row, index_t col) const {
+    static_assert(!std::is_integral_v<T>, "gpubatch::epilogue::gelu_tanh_backward needs a "
+                                          "floating-point compute type");
+    using std::tanh;
+    const T x = static_cast<T>(preactivation(batch, row, col));
+    const T c = T(0.7978845608028654);
+    const T t = tanh(c * (x + T(0.044715) * x * x * x));
+    const T slope = T(0.5) * (T(1) + t) +
+                    T(0.5) * x * (T(1) - t * t) * c * (T(1) + T(3 * 0.044715) * x * x);
+    return value * slope;
+  }
+};
+
 /// @brief Applies `first`, then `second`: e.g. `chain<bias_col<float>, relu>` is bias + ReLU.
 template <class First, class Second>
 struct chain {

@@ -97,16 +97,15 @@ constexpr split_k<Compute> no_split() {
   return {1, index_t{1} << 62, nullptr, 0};
 }
 
-/// The split-K plan of a uniform batch: slices only when the output tiles (times the implicit
-/// GEMMs) fill less than one wave of the device, each slice keeping at least 4 K tiles, at most
-/// 16 slices, aiming at two waves.
-template <class Policy, class Compute, class TX, class TW, class TY>
-split_k<Compute> plan_split(const conv::fprop_batch<TX, TW, TY>& batch, int sms) {
+/// The split-K plan of `problems` implicit GEMMs of m x n x k: slices only when the output
+/// tiles (times the implicit GEMMs) fill less than one wave of the device, each slice keeping at
+/// least 4 K tiles, at most 16 slices, aiming at two waves.
+template <class Policy, class Compute>
+split_k<Compute> plan_split(index_t m, index_t n, index_t k, index_t problems, int sms) {
   if constexpr (Policy::tensor_cores) {
     return no_split<Compute>();  // the tensor-core kernel does not split K
   } else {
-    const index_t m = batch.gemm_m(), n = batch.geo.kg(), k = batch.geo.gemm_k();
-    const index_t blocks = ceil_div(m, Policy::tile_m) * ceil_div(n, Policy::tile_n) * batch.count();
+    const index_t blocks = ceil_div(m, Policy::tile_m) * ceil_div(n, Policy::tile_n) * problems;
     if (blocks <= 0 || blocks >= sms) {
       return no_split<Compute>();
     }
@@ -121,8 +120,15 @@ split_k<Compute> plan_split(const conv::fprop_batch<TX, TW, TY>& batch, int sms)
     if (count <= 1) {
       return no_split<Compute>();
     }
-    return {count, chunk, nullptr, batch.count()};
+    return {count, chunk, nullptr, problems};
   }
+}
+
+/// The split-K plan of a uniform forward batch.
+template <class Policy, class Compute, class TX, class TW, class TY>
+split_k<Compute> plan_split(const conv::fprop_batch<TX, TW, TY>& batch, int sms) {
+  return plan_split<Policy, Compute>(batch.gemm_m(), batch.geo.kg(), batch.geo.gemm_k(),
+                                     batch.count(), sms);
 }
 
 /// Workspace bytes a split plan needs.

@@ -59,6 +59,34 @@ struct conv2d_geometry {
   }
   /// Distance between the outputs of consecutive channels of one pixel.
   GPUBATCH_HOST_DEVICE index_t y_channel_stride() const { return nhwc() ? 1 : pixels(); }
+  /// Splits an index kk of one filter's elements, in the filter layout's order, into its
+  /// channel (within the group) and tap: kk = (r * S + s) * C/g + c for KRSC, (c * R + r) * S +
+  /// s for KCRS. Divides by invariants when fast_gather holds.
+  GPUBATCH_HOST_DEVICE void decode_filter_index(index_t kk, index_t& ic, index_t& ir,
+                                                index_t& is) const {
+    if (fast_gather) {
+      // kk = outer * divisor + inner: NHWC (r * S + s, c), NCHW (c, r * S + s).
+      const auto index = static_cast<std::uint32_t>(kk);
+      const std::uint32_t outer = k_outer_divider.divide(index);
+      const std::uint32_t inner = index - outer * k_outer_divider.divisor();
+      const std::uint32_t rs = nhwc() ? outer : inner;
+      const std::uint32_t tap_r = s_divider.divide(rs);
+      ic = nhwc() ? inner : outer;
+      ir = tap_r;
+      is = rs - tap_r * s_divider.divisor();
+    } else if (nhwc()) {
+      const index_t rs = kk / cg();
+      ic = kk - rs * cg();
+      ir = rs / s;
+      is = rs - ir * s;
+    } else {
+      const index_t window = r * s;
+      ic = kk / window;
+      const index_t rs = kk - ic * window;
+      ir = rs / s;
+      is = rs - ir * s;
+    }
+  }
   /// Offset of filter element (k, c, r, s) within one filter set.
   GPUBATCH_HOST_DEVICE index_t w_offset(index_t ik, index_t ic, index_t ir, index_t is) const {
     return ik * gemm_k() + (nhwc() ? (ir * s + is) * cg() + ic : (ic * r + ir) * s + is);
@@ -158,28 +186,7 @@ struct fprop_gemm {
       return nullptr;
     }
     index_t ic, ir, is;
-    if (geo.fast_gather) {
-      // kk = outer * divisor + inner: NHWC (r * S + s, c), NCHW (c, r * S + s).
-      const auto index = static_cast<std::uint32_t>(kk);
-      const std::uint32_t outer = geo.k_outer_divider.divide(index);
-      const std::uint32_t inner = index - outer * geo.k_outer_divider.divisor();
-      const std::uint32_t rs = geo.nhwc() ? outer : inner;
-      const std::uint32_t tap_r = geo.s_divider.divide(rs);
-      ic = geo.nhwc() ? inner : outer;
-      ir = tap_r;
-      is = rs - tap_r * geo.s_divider.divisor();
-    } else if (geo.nhwc()) {
-      const index_t rs = kk / geo.cg();
-      ic = kk - rs * geo.cg();
-      ir = rs / geo.s;
-      is = rs - ir * geo.s;
-    } else {
-      const index_t window = geo.r * geo.s;
-      ic = kk / window;
-      const index_t rs = kk - ic * window;
-      ir = rs / geo.s;
-      is = rs - ir * geo.s;
-    }
+    geo.decode_filter_index(kk, ic, ir, is);
     const index_t ih = cur.ih0 + ir * geo.dilation_h;
     const index_t iw = cur.iw0 + is * geo.dilation_w;
     if (ih < 0 || ih >= geo.h || iw < 0 || iw >= geo.w) {

@@ -43,25 +43,49 @@ constexpr void check_types() {
 
 /// Checks a uniform convolution's views and returns its geometry. With per-sample filters, `w`
 /// holds N * K filters (sample n's set first at filter n * K) and K is taken from y.
+/// What the caller calls a convolution's three tensors (the backward passes take dx, dy, dw).
+struct tensor_names {
+  const char* x = "x";
+  const char* w = "w";
+  const char* y = "y";
+};
+
+/// conv2d_output_shape, its exceptions naming the caller's tensors.
+inline tensor4d_shape output_shape_named(const tensor4d_shape& x, const tensor4d_shape& w,
+                                         const conv2d_params& params, const tensor_names& names) {
+  try {
+    return conv2d_output_shape(x, w, params);
+  } catch (const invalid_argument& e) {
+    const std::string parameter = e.parameter();
+    if (parameter != "x" && parameter != "w") {
+      throw;
+    }
+    const std::string what = e.what();
+    const std::string::size_type cut = what.find("': ");
+    throw invalid_argument(parameter == "x" ? names.x : names.w,
+                           cut == std::string::npos ? what : what.substr(cut + 3));
+  }
+}
+
 template <class Exec, class TX, class TW, class TY>
 conv2d_geometry check_conv2d(const Exec& exec, const conv2d_params& params, const tensor4d_view<TX>& x,
                              const tensor4d_view<TW>& w, const tensor4d_view<TY>& y,
-                             bool per_sample) {
+                             bool per_sample, const tensor_names& names = {}) {
   const char* const filter_order = x.order() == tensor_layout::nchw ? "KCRS (tensor_layout::nchw)"
                                                                     : "KRSC (tensor_layout::nhwc)";
   if (w.order() != x.order()) {
-    throw invalid_argument("w", std::string("x is ") + to_string(x.order()) +
+    throw invalid_argument(names.w, std::string(names.x) + " is " + to_string(x.order()) +
                                     ", so the filters must be " + filter_order);
   }
   if (y.order() != x.order()) {
-    throw invalid_argument("y", std::string("is ") + to_string(y.order()) +
-                                    " but x is " + to_string(x.order()) +
-                                    "; the output has the layout of the input");
+    throw invalid_argument(names.y, std::string("is ") + to_string(y.order()) + " but " +
+                                        names.x + " is " + to_string(x.order()) +
+                                        "; the output has the layout of the input");
   }
   tensor4d_shape filters = shape_of(w);
   if (per_sample) {
     if (w.n() != x.n() * y.c()) {
-      throw invalid_argument("w", "per-sample filters: " + std::to_string(w.n()) +
+      throw invalid_argument(names.w, "per-sample filters: " + std::to_string(w.n()) +
                                       " filters for N = " + std::to_string(x.n()) +
                                       " samples of K = " + std::to_string(y.c()) +
                                       " output channels (expected N * K = " +
@@ -69,14 +93,14 @@ conv2d_geometry check_conv2d(const Exec& exec, const conv2d_params& params, cons
     }
     filters.n = y.c();
   }
-  const tensor4d_shape out = conv2d_output_shape(shape_of(x), filters, params);
+  const tensor4d_shape out = output_shape_named(shape_of(x), filters, params, names);
   if (shape_of(y) != out) {
-    throw invalid_argument("y", "is " + to_string(shape_of(y)) + " but the convolution gives " +
+    throw invalid_argument(names.y, "is " + to_string(shape_of(y)) + " but the convolution gives " +
                                     to_string(out) + " (N x K x P x Q)");
   }
-  if (x.size() > 0) require_accessible(exec, "x", x.space(), x.data());
-  if (w.size() > 0) require_accessible(exec, "w", w.space(), w.data());
-  if (y.size() > 0) require_accessible(exec, "y", y.space(), y.data());
+  if (x.size() > 0) require_accessible(exec, names.x, x.space(), x.data());
+  if (w.size() > 0) require_accessible(exec, names.w, w.space(), w.data());
+  if (y.size() > 0) require_accessible(exec, names.y, y.space(), y.data());
   return make_geometry(x.n(), x.c(), x.h(), x.w(), filters.n, w.h(), w.w(), params, x.order());
 }
 

@@ -42,6 +42,24 @@ void check_epilogue(const Exec& exec, const epilogue::residual_add<R>& e, const 
   require_accessible(exec, (name + ".residual").c_str(), e.residual.space(), e.residual.data());
 }
 
+template <class Exec, class R>
+void check_epilogue(const Exec& exec, const epilogue::relu_backward<R>& e, const std::string& name) {
+  if (e.forward.data() == nullptr) {
+    throw invalid_argument(name, "relu_backward's forward view has no data");
+  }
+  require_accessible(exec, (name + ".forward").c_str(), e.forward.space(), e.forward.data());
+}
+
+template <class Exec, class R>
+void check_epilogue(const Exec& exec, const epilogue::gelu_tanh_backward<R>& e,
+                    const std::string& name) {
+  if (e.preactivation.data() == nullptr) {
+    throw invalid_argument(name, "gelu_tanh_backward's preactivation view has no data");
+  }
+  require_accessible(exec, (name + ".preactivation").c_str(), e.preactivation.space(),
+                     e.preactivation.data());
+}
+
 template <class Exec, class First, class Second>
 void check_epilogue(const Exec& exec, const epilogue::chain<First, Second>& e,
                     const std::string& name) {

@@ -1,0 +1,153 @@
+/// @file detail/conv/backward_dispatch.cuh
+/// @brief CUDA dispatch of the convolution backward passes: backward data and backward filter
+/// as implicit GEMMs on the SIMT kernel (with the GEMM's SIMT policy for the accumulate type,
+/// or a forced one), their reduction split across blocks through the caller's workspace (by
+/// device size, or in the fixed chunks of a deterministic pass); the bias gradient and
+/// per-sample norms on their own kernels. Included only by nvcc translation units.
+#pragma once
+
+#include <gpubatch/conv_problem.hpp>
+#include <gpubatch/detail/conv/backward_kernels.cuh>
+#include <gpubatch/detail/conv/backward_problem.hpp>
+#include <gpubatch/detail/conv/dispatch.cuh>
+#include <gpubatch/error.hpp>
+#include <gpubatch/gemm_policy.hpp>
+#include <gpubatch/launch.hpp>
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <string>
+#include <type_traits>
+
+GPUBATCH_NAMESPACE_BEGIN
+namespace detail::cuda_conv {
+
+/// Calls f(policy_tag<P>{}) with the forced policy or the default SIMT policy of the accumulate
+/// type for the architecture and size class.
+template <class Policy, class Compute, class F>
+void with_backward_policy(int arch, size_class size, F&& f) {
+  if constexpr (!std::is_void_v<Policy>) {
+    static_assert(!Policy::tensor_cores,
+                  "gpubatch: the convolution backward passes run on SIMT cores; force a "
+                  "gemm_policy, not a tensor_core_policy");
+    (void)arch, (void)size;
+    f(policy_tag<Policy>{});
+  } else {
+    const auto pick = [&](auto arch_tag) {
+      constexpr int A = decltype(arch_tag)::value;
+      if (size == size_class::large) {
+        f(policy_tag<typename default_gemm_policy<Compute, A, size_class::large>::type>{});
+      } else {
+        f(policy_tag<typename default_gemm_policy<Compute, A, size_class::medium>::type>{});
+      }
+    };
+    if (arch >= 90) {
+      pick(std::integral_constant<int, 90>{});
+    } else {
+      pick(std::integral_constant<int, 80>{});
+    }
+  }
+}
+
+/// The split of a backward implicit GEMM batch: the fixed chunks of a deterministic pass (the
+/// caller checked the workspace holds them), or a device-sized split when a workspace is
+/// offered and large enough, or none.
+template <class Policy, class Compute, class Batch>
+split_k<Compute> backward_split(const Batch& batch, const conv2d_backward_options& options) {
+  const index_t m = batch.gemm_m(), n = batch.gemm_n(), k = batch.gemm_k();
+  if (options.deterministic) {
+    const index_t chunks = conv::deterministic_chunks(k);
+    if (chunks <= 1) {
+      return no_split<Compute>();
+    }
+    return {chunks, conv::deterministic_chunk(k), static_cast<Compute*>(options.workspace),
+            batch.count()};
+  }
+  if (options.workspace == nullptr) {
+    return no_split<Compute>();
+  }
+  split_k<Compute> split = plan_split<Policy, Compute>(m, n, k, batch.count(), sm_count());
+  const std::size_t bytes =
+      split.count > 1 ? static_cast<std::size_t>(split.count * split.problems * m * n) *
+                            sizeof(Compute)
+                      : 0;
+  if (split.count <= 1 || bytes > options.workspace_bytes) {
+    return no_split<Compute>();
+  }
+  split.workspace = static_cast<Compute*>(options.workspace);
+  return split;
+}
+
+/// Workspace bytes a backward batch would use on this device without `deterministic`.
+template <class Policy, class Compute, class Batch>
+std::size_t backward_workspace_bytes(const Batch& batch) {
+  const index_t m = batch.gemm_m(), n = batch.gemm_n(), k = batch.gemm_k();
+  std::size_t bytes = 0;
+  const int sms = sm_count();
+  with_backward_policy<Policy, Compute>(cuda_gemm::code_arch(), classify_conv2d(m, n, k),
+                                        [&](auto tag) {
+    using P = typename decltype(tag)::type;
+    const split_k<Compute> split = plan_split<P, Compute>(m, n, k, batch.count(), sms);
+    if (split.count > 1) {
+      bytes = static_cast<std::size_t>(split.count * split.problems * m * n) * sizeof(Compute);
+    }
+  });
+  return bytes;
+}
+
+/// Backward data or backward filter (a dgrad_batch or wgrad_batch).
+template <class Policy, class Batch, class Compute, class Epilogue>
+void dispatch_backward(cudaStream_t stream, const Batch& batch, Compute alpha, Compute beta,
+                       const Epilogue& epilogue, const conv2d_backward_options& options) {
+  const index_t m = batch.gemm_m(), n = batch.gemm_n(), k = batch.gemm_k();
+  with_backward_policy<Policy, Compute>(cuda_gemm::code_arch(), classify_conv2d(m, n, k),
+                                        [&](auto tag) {
+    using P = typename decltype(tag)::type;
+    launch_implicit<P>(stream, batch, m, n, backward_split<P, Compute>(batch, options), alpha,
+                       beta, epilogue);
+  });
+}
+
+/// The bias gradient: one block per output.
+template <class TDY, class TB, class Compute>
+void launch_bias_gradient(cudaStream_t stream, const conv::conv2d_geometry& geo, const TDY* dy,
+                          TB* db, bool per_sample, Compute alpha, Compute beta) {
+  constexpr int threads = 256;
+  const index_t outputs = (per_sample ? geo.n : 1) * geo.k;
+  if (outputs > 0x7fffffff) {
+    throw invalid_argument("db", "too many outputs for one grid (" + std::to_string(outputs) + ")");
+  }
+  launch(bias_gradient_kernel<threads, TDY, TB, Compute>,
+         launch_config{static_cast<unsigned>(outputs), threads, 0, stream}, geo, dy, db,
+         per_sample, alpha, beta);
+  GPUBATCH_CUDA_TRY(cudaGetLastError());
+}
+
+/// Per-sample squared norms of the filter gradient: as many samples' gradients per round as
+/// the workspace holds (the caller checked it holds one), computed there and reduced.
+template <class TX, class TDY, class Compute>
+void launch_per_sample_norms(cudaStream_t stream, const conv::conv2d_geometry& geo, const TX* x,
+                             const TDY* dy, Compute* norms,
+                             const conv2d_backward_options& options) {
+  const index_t per_set = geo.filter_set_size();
+  const index_t fit =
+      static_cast<index_t>(options.workspace_bytes / (static_cast<std::size_t>(per_set) * sizeof(Compute)));
+  const index_t round = std::min<index_t>({fit, geo.n, 65535});
+  auto* const gradients = static_cast<Compute*>(options.workspace);
+  for (index_t first = 0; first < geo.n; first += round) {
+    const index_t count = std::min(round, geo.n - first);
+    const conv::wgrad_batch<TX, TDY, Compute> batch(geo, x, dy, gradients, true, first, count);
+    conv2d_backward_options plain;  // the workspace holds the gradients, not split partials
+    dispatch_backward<void>(stream, batch, Compute(1), Compute(0), epilogue::identity{}, plain);
+    constexpr int threads = 256;
+    launch(squared_norms_kernel<threads, Compute>,
+           launch_config{static_cast<unsigned>(count), threads, 0, stream}, gradients, per_set,
+           norms, first);
+    GPUBATCH_CUDA_TRY(cudaGetLastError());
+  }
+}
+
+}  // namespace detail::cuda_conv
+GPUBATCH_NAMESPACE_END
