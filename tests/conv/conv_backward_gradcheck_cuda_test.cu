@@ -1,0 +1,2 @@
+#include "../support/cuda_backend.hpp"
+#include "conv_backward_gradcheck.inc"

@@ -1,0 +1,2 @@
+#include "../support/host_backend.hpp"
+#include "conv_backward_gradcheck.inc"
