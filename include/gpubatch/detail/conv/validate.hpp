@@ -95,8 +95,13 @@ conv2d_geometry check_conv2d(const Exec& exec, const conv2d_params& params, cons
   }
   const tensor4d_shape out = output_shape_named(shape_of(x), filters, params, names);
   if (shape_of(y) != out) {
-    throw invalid_argument(names.y, "is " + to_string(shape_of(y)) + " but the convolution gives " +
-                                    to_string(out) + " (N x K x P x Q)");
+    // A backward pass cannot tell which of its shapes is wrong: say which two disagree.
+    const std::string source = std::string(names.y) == "y"
+                                   ? std::string("the convolution")
+                                   : std::string(names.x) + " (" + to_string(shape_of(x)) +
+                                         ") convolved with " + names.w;
+    throw invalid_argument(names.y, "is " + to_string(shape_of(y)) + " but " + source +
+                                        " gives " + to_string(out) + " (N x K x P x Q)");
   }
   if (x.size() > 0) require_accessible(exec, names.x, x.space(), x.data());
   if (w.size() > 0) require_accessible(exec, names.w, w.space(), w.data());
