@@ -118,7 +118,7 @@ void backward_data(Exec exec, const conv2d_params& params, scalar_t<TDY> alpha,
     cuda_conv::dispatch_backward<Policy>(exec.stream(), batch, alpha, beta, epilogue, options);
 #endif
   } else {
-    host_conv::run_mapped(exec, batch, alpha, beta, epilogue);
+    host_conv::run_dgrad(exec, batch, alpha, beta, epilogue);
   }
 }
 
@@ -150,7 +150,7 @@ void backward_filter(Exec exec, const conv2d_params& params, scalar_t<TX> alpha,
                                          options);
 #endif
   } else {
-    host_conv::run_mapped(exec, batch, alpha, beta, epilogue::identity{});
+    host_conv::run_wgrad(exec, batch, alpha, beta);
   }
 }
 

@@ -61,6 +61,141 @@ void pack_mapped_b(const Mapping& g, index_t j0, index_t cols, index_t k0, index
   }
 }
 
+/// dgrad's A gathers dy: the reduction index is decoded once per step (not per row) and
+/// advanced incrementally; with NHWC a tap's run of output channels is contiguous in dy, so
+/// each row resolves its output pixel once per tap and copies the run.
+template <class Compute, class TDY, class TW, class TDX>
+void pack_mapped_a(const conv::dgrad_gemm<TDY, TW, TDX>& g, index_t i0, index_t rows, index_t k0,
+                   index_t kc, Compute* out) {
+  constexpr int mr = host_gemm::tuning<Compute>::mr;
+  const conv::conv2d_geometry& geo = g.geo;
+  const index_t kg = geo.kg();
+  using cursor = typename conv::dgrad_gemm<TDY, TW, TDX>::row_cursor;
+  // The dy pixel a row reads through tap (ir, is), or -1 where none does.
+  const auto pixel_of = [&](const cursor& cur, index_t ir, index_t is) -> index_t {
+    if (cur.base == nullptr) return -1;
+    const index_t th = cur.ph - ir * geo.dilation_h, tw = cur.pw - is * geo.dilation_w;
+    if (th < 0 || tw < 0) return -1;
+    const index_t op = th / geo.stride_h, oq = tw / geo.stride_w;
+    if (op * geo.stride_h != th || oq * geo.stride_w != tw || op >= geo.p || oq >= geo.q) return -1;
+    return op * geo.q + oq;
+  };
+  for (index_t s0 = 0; s0 < rows; s0 += mr, out += kc * mr) {
+    cursor cur[mr];
+    for (int r = 0; r < mr; ++r) cur[r] = g.row(s0 + r < rows ? i0 + s0 + r : g.m());
+    index_t kl, ir, is;
+    g.decode(k0, kl, ir, is);
+    if (geo.nhwc()) {
+      for (index_t kk = 0; kk < kc;) {
+        const index_t run = std::min(kg - kl, kc - kk);
+        for (int r = 0; r < mr; ++r) {
+          const index_t pixel = pixel_of(cur[r], ir, is);
+          Compute* const dst = out + kk * mr + r;
+          if (pixel < 0) {
+            for (index_t t = 0; t < run; ++t) dst[t * mr] = Compute(0);
+          } else {
+            const TDY* const src = cur[r].base + pixel * geo.k + kl;
+            for (index_t t = 0; t < run; ++t) dst[t * mr] = convert<Compute>(src[t]);
+          }
+        }
+        kk += run;
+        kl = 0;
+        if (++is == geo.s) {
+          is = 0;
+          ++ir;
+        }
+      }
+    } else {
+      for (index_t kk = 0; kk < kc; ++kk) {
+        Compute* const dst = out + kk * mr;
+        for (int r = 0; r < mr; ++r) {
+          const index_t pixel = pixel_of(cur[r], ir, is);
+          dst[r] = pixel < 0 ? Compute(0)
+                             : convert<Compute>(cur[r].base[kl * geo.pixels() + pixel]);
+        }
+        if (++is == geo.s) {
+          is = 0;
+          if (++ir == geo.r) {
+            ir = 0;
+            ++kl;
+          }
+        }
+      }
+    }
+  }
+}
+
+/// dgrad's B is the group's filters read across: a step's columns (input channels) are
+/// contiguous with KRSC filters, R * S apart with KCRS.
+template <class Compute, class TDY, class TW, class TDX>
+void pack_mapped_b(const conv::dgrad_gemm<TDY, TW, TDX>& g, index_t j0, index_t cols, index_t k0,
+                   index_t kc, Compute* out) {
+  constexpr int nr = host_gemm::tuning<Compute>::nr;
+  const conv::conv2d_geometry& geo = g.geo;
+  const index_t window = geo.r * geo.s;
+  const index_t column_stride = geo.nhwc() ? 1 : window;
+  for (index_t s0 = 0; s0 < cols; s0 += nr, out += kc * nr) {
+    const index_t valid = std::min<index_t>(nr, cols - s0);
+    index_t kl, ir, is;
+    g.decode(k0, kl, ir, is);
+    for (index_t kk = 0; kk < kc; ++kk) {
+      const index_t tap = ir * geo.s + is;
+      const TW* const src = g.w + kl * geo.gemm_k() + (geo.nhwc() ? tap * geo.cg() : tap) +
+                            (j0 + s0) * column_stride;
+      Compute* const dst = out + kk * nr;
+      for (index_t c = 0; c < valid; ++c) dst[c] = convert<Compute>(src[c * column_stride]);
+      for (index_t c = valid; c < nr; ++c) dst[c] = Compute(0);
+      if (geo.nhwc()) {
+        if (++kl == geo.kg()) {
+          kl = 0;
+          if (++is == geo.s) {
+            is = 0;
+            ++ir;
+          }
+        }
+      } else if (++is == geo.s) {
+        is = 0;
+        if (++ir == geo.r) {
+          ir = 0;
+          ++kl;
+        }
+      }
+    }
+  }
+}
+
+/// wgrad's A is dy read across the output channels (rows) of a group: contiguous with NHWC;
+/// with NCHW each row is one contiguous plane per sample.
+template <class Compute, class TX, class TDY, class TDW>
+void pack_mapped_a(const conv::wgrad_gemm<TX, TDY, TDW>& g, index_t i0, index_t rows, index_t k0,
+                   index_t kc, Compute* out) {
+  constexpr int mr = host_gemm::tuning<Compute>::mr;
+  const conv::conv2d_geometry& geo = g.geo;
+  const index_t pixels = geo.pixels();
+  for (index_t s0 = 0; s0 < rows; s0 += mr, out += kc * mr) {
+    const index_t valid = std::min<index_t>(mr, rows - s0);
+    const index_t channel0 = g.group * geo.kg() + i0 + s0;
+    index_t local = k0 / pixels;
+    index_t pixel = k0 - local * pixels;
+    for (index_t kk = 0; kk < kc; ++kk) {
+      Compute* const dst = out + kk * mr;
+      const index_t sample = g.first_sample + local;
+      if (geo.nhwc()) {
+        const TDY* const src = g.dy + (sample * pixels + pixel) * geo.k + channel0;
+        for (index_t r = 0; r < valid; ++r) dst[r] = convert<Compute>(src[r]);
+      } else {
+        const TDY* const src = g.dy + (sample * geo.k + channel0) * pixels + pixel;
+        for (index_t r = 0; r < valid; ++r) dst[r] = convert<Compute>(src[r * pixels]);
+      }
+      for (index_t r = valid; r < mr; ++r) dst[r] = Compute(0);
+      if (++pixel == pixels) {
+        pixel = 0;
+        ++local;
+      }
+    }
+  }
+}
+
 /// wgrad's B is the im2col matrix of x (reduction = output pixels, columns = filter taps):
 /// each column's tap is decoded once per strip and the output pixel advanced incrementally,
 /// leaving one bounds test and one load per element.
@@ -178,6 +313,281 @@ void run_mapped(host_exec exec, const Batch& batch, Compute alpha, Compute beta,
   });
 }
 
+// ---------------------------------------------------------------------------------------------
+// Depthwise (one input channel per group): direct loops, as the forward pass runs them.
+
+/// dx of a depthwise layer: every input element gathers the dy elements its channel's filters
+/// sent it to. NHWC: one task per input row, a pixel's channels as one vector loop; NCHW: one
+/// task per input plane, each tap scattering a shifted dy row into it.
+template <class Compute, class TDY, class TW, class TDX, class Epilogue>
+void depthwise_dgrad(host_exec exec, const conv::dgrad_batch<TDY, TW, TDX>& batch, Compute alpha,
+                     Compute beta, const Epilogue& epilogue) {
+  const conv::conv2d_geometry& geo = batch.geo;
+  const index_t m = geo.kg();  // output channels per input channel
+  const index_t window = geo.r * geo.s;
+  const auto filters_of = [&](index_t sample) {
+    return batch.w + (batch.per_sample ? sample * geo.filter_set_size() : 0);
+  };
+  if (geo.nhwc()) {
+    host_parallel_for(exec, geo.n * geo.h, schedule::uniform, [&](index_t task) {
+      const index_t sample = task / geo.h, ih = task % geo.h;
+      const TW* const w = filters_of(sample);
+      Compute* const acc = host_gemm::scratch<Compute>(static_cast<std::size_t>(geo.c), 0);
+      for (index_t iw = 0; iw < geo.w; ++iw) {
+        std::fill(acc, acc + geo.c, Compute(0));
+        for (index_t ir = 0; ir < geo.r; ++ir) {
+          const index_t th = ih + geo.pad_h - ir * geo.dilation_h;
+          if (th < 0 || th % geo.stride_h != 0 || th / geo.stride_h >= geo.p) continue;
+          for (index_t is = 0; is < geo.s; ++is) {
+            const index_t tw = iw + geo.pad_w - is * geo.dilation_w;
+            if (tw < 0 || tw % geo.stride_w != 0 || tw / geo.stride_w >= geo.q) continue;
+            const TDY* const d =
+                batch.dy + geo.y_offset(sample, 0, (th / geo.stride_h) * geo.q + tw / geo.stride_w);
+            const TW* const tap = w + ir * geo.s + is;  // filter k's tap at tap[k * window]
+            for (index_t k = 0; k < geo.k; ++k) {
+              acc[k / m] += convert<Compute>(d[k]) * convert<Compute>(tap[k * window]);
+            }
+          }
+        }
+        const index_t pixel = ih * geo.w + iw;
+        TDX* const out = batch.dx + geo.x_offset(sample, 0, ih, iw);
+        for (index_t c = 0; c < geo.c; ++c) {
+          store_output(out[c], acc[c], alpha, beta, epilogue, sample, pixel, c);
+        }
+      }
+    });
+  } else {
+    const index_t plane = geo.h * geo.w;
+    host_parallel_for(exec, geo.n * geo.c, schedule::uniform, [&](index_t task) {
+      const index_t sample = task / geo.c, c = task % geo.c;
+      const TW* const w = filters_of(sample);
+      Compute* const acc = host_gemm::scratch<Compute>(static_cast<std::size_t>(plane), 0);
+      std::fill(acc, acc + plane, Compute(0));
+      for (index_t k = c * m; k < (c + 1) * m; ++k) {
+        const TDY* const d = batch.dy + geo.y_offset(sample, k, 0);
+        for (index_t ir = 0; ir < geo.r; ++ir) {
+          for (index_t is = 0; is < geo.s; ++is) {
+            const Compute wv = convert<Compute>(w[k * window + ir * geo.s + is]);
+            for (index_t op = 0; op < geo.p; ++op) {
+              const index_t ih = op * geo.stride_h - geo.pad_h + ir * geo.dilation_h;
+              if (ih < 0 || ih >= geo.h) continue;
+              const TDY* const row = d + op * geo.q;
+              Compute* const target = acc + ih * geo.w;
+              for (index_t oq = 0; oq < geo.q; ++oq) {
+                const index_t iw = oq * geo.stride_w - geo.pad_w + is * geo.dilation_w;
+                if (iw >= 0 && iw < geo.w) target[iw] += wv * convert<Compute>(row[oq]);
+              }
+            }
+          }
+        }
+      }
+      TDX* const out = batch.dx + geo.x_offset(sample, c, 0, 0);
+      for (index_t pixel = 0; pixel < plane; ++pixel) {
+        store_output(out[pixel], acc[pixel], alpha, beta, epilogue, sample, pixel, c);
+      }
+    });
+  }
+}
+
+/// dw of a depthwise layer, summed over the batch or per sample: every filter tap reduces over
+/// all output pixels. NHWC: one task per block of channels (and sample), a pixel's channels as
+/// one vector loop; NCHW: one task per channel (and sample). Each sum runs in one fixed order.
+template <class Compute, class TX, class TDY, class TDW>
+void depthwise_wgrad(host_exec exec, const conv::wgrad_batch<TX, TDY, TDW>& batch, Compute alpha,
+                     Compute beta) {
+  const conv::conv2d_geometry& geo = batch.geo;
+  const index_t m = geo.kg();
+  const index_t window = geo.r * geo.s;
+  const index_t sets = batch.per_sample ? batch.samples : 1;
+  const index_t per_set = batch.per_sample ? 1 : batch.samples;
+  const auto store = [&](index_t set, index_t k, index_t rs, Compute sum) {
+    store_output(batch.dw[set * geo.filter_set_size() + k * window + rs], sum, alpha, beta,
+                 epilogue::identity{}, batch.per_sample ? batch.first_sample + set : 0, k, rs);
+  };
+  if (geo.nhwc()) {
+    constexpr index_t block = 32;
+    const index_t blocks = ceil_div(geo.k, block);
+    host_parallel_for(exec, sets * blocks, schedule::uniform, [&](index_t task) {
+      const index_t set = task / blocks, k0 = (task % blocks) * block;
+      const index_t width = std::min(block, geo.k - k0);
+      Compute* const acc = host_gemm::scratch<Compute>(static_cast<std::size_t>(window * block), 0);
+      std::fill(acc, acc + window * block, Compute(0));
+      for (index_t local = set * per_set; local < (set + 1) * per_set; ++local) {
+        const index_t sample = batch.first_sample + local;
+        for (index_t op = 0; op < geo.p; ++op) {
+          for (index_t oq = 0; oq < geo.q; ++oq) {
+            const TDY* const d = batch.dy + geo.y_offset(sample, k0, op * geo.q + oq);
+            for (index_t ir = 0; ir < geo.r; ++ir) {
+              const index_t ih = op * geo.stride_h - geo.pad_h + ir * geo.dilation_h;
+              if (ih < 0 || ih >= geo.h) continue;
+              for (index_t is = 0; is < geo.s; ++is) {
+                const index_t iw = oq * geo.stride_w - geo.pad_w + is * geo.dilation_w;
+                if (iw < 0 || iw >= geo.w) continue;
+                const TX* const xp = batch.x + geo.x_offset(sample, 0, ih, iw);
+                Compute* const a = acc + (ir * geo.s + is) * block;
+                for (index_t c = 0; c < width; ++c) {
+                  a[c] += convert<Compute>(d[c]) * convert<Compute>(xp[(k0 + c) / m]);
+                }
+              }
+            }
+          }
+        }
+      }
+      for (index_t c = 0; c < width; ++c) {
+        for (index_t rs = 0; rs < window; ++rs) store(set, k0 + c, rs, acc[rs * block + c]);
+      }
+    });
+  } else {
+    host_parallel_for(exec, sets * geo.k, schedule::uniform, [&](index_t task) {
+      const index_t set = task / geo.k, k = task % geo.k;
+      Compute* const acc = host_gemm::scratch<Compute>(static_cast<std::size_t>(window), 0);
+      std::fill(acc, acc + window, Compute(0));
+      for (index_t local = set * per_set; local < (set + 1) * per_set; ++local) {
+        const index_t sample = batch.first_sample + local;
+        const TDY* const d = batch.dy + geo.y_offset(sample, k, 0);
+        const TX* const xp = batch.x + geo.x_offset(sample, k / m, 0, 0);
+        for (index_t ir = 0; ir < geo.r; ++ir) {
+          for (index_t is = 0; is < geo.s; ++is) {
+            Compute sum = Compute(0);
+            for (index_t op = 0; op < geo.p; ++op) {
+              const index_t ih = op * geo.stride_h - geo.pad_h + ir * geo.dilation_h;
+              if (ih < 0 || ih >= geo.h) continue;
+              for (index_t oq = 0; oq < geo.q; ++oq) {
+                const index_t iw = oq * geo.stride_w - geo.pad_w + is * geo.dilation_w;
+                if (iw >= 0 && iw < geo.w) {
+                  sum += convert<Compute>(d[op * geo.q + oq]) * convert<Compute>(xp[ih * geo.w + iw]);
+                }
+              }
+            }
+            acc[ir * geo.s + is] += sum;
+          }
+        }
+      }
+      for (index_t rs = 0; rs < window; ++rs) store(set, k, rs, acc[rs]);
+    });
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Few input channels per group: dgrad as dcols = dy * W on the micro-kernel, then col2im.
+
+/// dx for groups with few input channels (a micro-tile over C/g columns would idle): per
+/// (sample, group), dcols (P*Q x C/g*R*S, the filter layout's order) = dy_g (P*Q x K/g) * W_g
+/// (K/g x C/g*R*S) in row blocks on the micro-kernel, each block scattered into a plane of
+/// sums that is stored once complete. Tasks own whole planes, so nothing is added concurrently.
+template <class Compute, class TDY, class TW, class TDX, class Epilogue>
+void col2im_dgrad(host_exec exec, const conv::dgrad_batch<TDY, TW, TDX>& batch, Compute alpha,
+                  Compute beta, const Epilogue& epilogue) {
+  constexpr int mr = host_gemm::tuning<Compute>::mr;
+  constexpr int nr = host_gemm::tuning<Compute>::nr;
+  const conv::conv2d_geometry& geo = batch.geo;
+  const index_t cg = geo.cg(), kg = geo.kg(), gk = geo.gemm_k();
+  const index_t pixels = geo.pixels(), plane = geo.h * geo.w;
+  const index_t b_strips = ceil_div(gk, nr), ldc = b_strips * nr;
+  const index_t rows_per_block = host_gemm::tuning<Compute>::mc;
+  host_parallel_for(exec, geo.n * geo.groups, schedule::dynamic, [&](index_t task) {
+    const index_t sample = task / geo.groups, g = task % geo.groups;
+    const TW* const w = batch.w + (batch.per_sample ? sample * geo.filter_set_size() : 0) +
+                        g * kg * gk;
+    // W_g packed into NR-column strips: kg reduction steps of the filter elements.
+    Compute* const b = host_gemm::scratch<Compute>(static_cast<std::size_t>(b_strips * nr * kg), 0);
+    for (index_t sj = 0; sj < b_strips; ++sj) {
+      for (index_t kl = 0; kl < kg; ++kl) {
+        for (int c = 0; c < nr; ++c) {
+          const index_t j = sj * nr + c;
+          b[(sj * kg + kl) * nr + c] = j < gk ? convert<Compute>(w[kl * gk + j]) : Compute(0);
+        }
+      }
+    }
+    Compute* const sums = host_gemm::scratch<Compute>(static_cast<std::size_t>(plane * cg), 1);
+    std::fill(sums, sums + plane * cg, Compute(0));
+    // Where column j of dcols lands relative to an output pixel's input origin.
+    thread_local std::vector<index_t> tap_h, tap_w, tap_c;
+    tap_h.resize(static_cast<std::size_t>(gk));
+    tap_w.resize(static_cast<std::size_t>(gk));
+    tap_c.resize(static_cast<std::size_t>(gk));
+    for (index_t j = 0; j < gk; ++j) {
+      index_t ic, ir, is;
+      geo.decode_filter_index(j, ic, ir, is);
+      tap_h[static_cast<std::size_t>(j)] = ir * geo.dilation_h - geo.pad_h;
+      tap_w[static_cast<std::size_t>(j)] = is * geo.dilation_w - geo.pad_w;
+      tap_c[static_cast<std::size_t>(j)] = ic;
+    }
+    const index_t a_strips_max = ceil_div(rows_per_block, mr);
+    Compute* const scratch2 = host_gemm::scratch<Compute>(
+        static_cast<std::size_t>(a_strips_max * mr * (kg + ldc)), 2);
+    Compute* const a = scratch2;
+    Compute* const cols = scratch2 + a_strips_max * mr * kg;
+    for (index_t i0 = 0; i0 < pixels; i0 += rows_per_block) {
+      const index_t rows = std::min(rows_per_block, pixels - i0);
+      const index_t a_strips = ceil_div(rows, mr);
+      for (index_t si = 0; si < a_strips; ++si) {
+        for (index_t kl = 0; kl < kg; ++kl) {
+          for (int r = 0; r < mr; ++r) {
+            const index_t pixel = i0 + si * mr + r;
+            a[(si * kg + kl) * mr + r] =
+                pixel < pixels
+                    ? convert<Compute>(batch.dy[geo.y_offset(sample, g * kg + kl, pixel)])
+                    : Compute(0);
+          }
+        }
+      }
+      for (index_t sj = 0; sj < b_strips; ++sj) {
+        for (index_t si = 0; si < a_strips; ++si) {
+          host_gemm::micro_kernel(
+              kg, host_gemm::strips<Compute>{a + si * kg * mr, 1, mr, b + sj * kg * nr, nr},
+              cols + si * mr * ldc + sj * nr, ldc, /*accumulate=*/false);
+        }
+      }
+      for (index_t r = 0; r < rows; ++r) {
+        const index_t pixel = i0 + r, op = pixel / geo.q, oq = pixel % geo.q;
+        const Compute* const row = cols + r * ldc;
+        const index_t h0 = op * geo.stride_h, w0 = oq * geo.stride_w;
+        for (index_t j = 0; j < gk; ++j) {
+          const auto t = static_cast<std::size_t>(j);
+          const index_t ih = h0 + tap_h[t], iw = w0 + tap_w[t];
+          if (ih >= 0 && ih < geo.h && iw >= 0 && iw < geo.w) {
+            sums[(ih * geo.w + iw) * cg + tap_c[t]] += row[j];
+          }
+        }
+      }
+    }
+    for (index_t pixel = 0; pixel < plane; ++pixel) {
+      const index_t ih = pixel / geo.w, iw = pixel % geo.w;
+      for (index_t ic = 0; ic < cg; ++ic) {
+        const index_t channel = g * cg + ic;
+        store_output(batch.dx[geo.x_offset(sample, channel, ih, iw)], sums[pixel * cg + ic], alpha,
+                     beta, epilogue, sample, pixel, channel);
+      }
+    }
+  });
+}
+
+/// Backward data on the best host path for the layer's shape.
+template <class Compute, class TDY, class TW, class TDX, class Epilogue>
+void run_dgrad(host_exec exec, const conv::dgrad_batch<TDY, TW, TDX>& batch, Compute alpha,
+               Compute beta, const Epilogue& epilogue) {
+  const conv::conv2d_geometry& geo = batch.geo;
+  if (geo.cg() == 1) {
+    depthwise_dgrad(exec, batch, alpha, beta, epilogue);
+  } else if (geo.cg() <= 4) {  // fixed, not per ISA: the path never depends on build flags
+    col2im_dgrad(exec, batch, alpha, beta, epilogue);
+  } else {
+    run_mapped(exec, batch, alpha, beta, epilogue);
+  }
+}
+
+/// Backward filter on the best host path for the layer's shape.
+template <class Compute, class TX, class TDY, class TDW>
+void run_wgrad(host_exec exec, const conv::wgrad_batch<TX, TDY, TDW>& batch, Compute alpha,
+               Compute beta) {
+  if (batch.geo.cg() == 1) {
+    depthwise_wgrad(exec, batch, alpha, beta);
+  } else {
+    run_mapped(exec, batch, alpha, beta, epilogue::identity{});
+  }
+}
+
 /// db(set, k) = alpha * sum of dy over the set's samples and every pixel + beta * db, one set
 /// (all samples) or one per sample. Summed in storage order, whatever the thread count.
 template <class Compute, class TDY, class TB>
@@ -229,7 +639,7 @@ void per_sample_squared_norms(host_exec exec, const conv::conv2d_geometry& geo, 
     thread_local std::vector<Compute> gradient;
     gradient.resize(static_cast<std::size_t>(geo.filter_set_size()));
     const conv::wgrad_batch<TX, TDY, Compute> one(geo, x, dy, gradient.data(), true, sample, 1);
-    run_mapped(serial, one, Compute(1), Compute(0), epilogue::identity{});
+    run_wgrad(serial, one, Compute(1), Compute(0));
     Compute sum = Compute(0);
     for (const Compute v : gradient) sum += v * v;
     norms[sample] = sum;
