@@ -241,15 +241,15 @@ void pack_mapped_b(const conv::wgrad_gemm<TX, TDY, TDW>& g, index_t j0, index_t 
   }
 }
 
-/// Output block [i0, i0 + rows) x [j0, j0 + cols) of one mapped implicit GEMM, reduced in
-/// chunks of blocking::kc in order.
-template <class Compute, class Mapping, class Epilogue>
+/// Output block [i0, i0 + rows) x [j0, j0 + cols) of one mapped implicit GEMM over reduction
+/// steps [k_begin, k_end), in passes of blocking::kc in order; store(r, c, sum) takes each sum.
+template <class Compute, class Mapping, class Store>
 void mapped_block(const Mapping& g, index_t i0, index_t rows, index_t j0, index_t cols,
-                  Compute alpha, Compute beta, const Epilogue& epilogue) {
+                  index_t k_begin, index_t k_end, Store&& store) {
   constexpr int mr = host_gemm::tuning<Compute>::mr;
   constexpr int nr = host_gemm::tuning<Compute>::nr;
-  const index_t gk = g.k();
-  const index_t kc = std::max<index_t>(1, std::min(blocking::kc, gk));
+  const index_t length = k_end - k_begin;
+  const index_t kc = std::max<index_t>(1, std::min(blocking::kc, length));
   const index_t a_strips = ceil_div(rows, mr);
   const index_t b_strips = ceil_div(cols, nr);
   const index_t ldc = b_strips * nr;
@@ -257,45 +257,48 @@ void mapped_block(const Mapping& g, index_t i0, index_t rows, index_t j0, index_
   Compute* const b = host_gemm::scratch<Compute>(static_cast<std::size_t>(b_strips * nr * kc), 1);
   Compute* const sums =
       host_gemm::scratch<Compute>(static_cast<std::size_t>(a_strips * mr * ldc), 2);
-  if (gk == 0) {
+  if (length <= 0) {
     std::fill(sums, sums + a_strips * mr * ldc, Compute(0));
   }
-  for (index_t k0 = 0; k0 < gk; k0 += kc) {
-    const index_t kcur = std::min(kc, gk - k0);
+  for (index_t k0 = k_begin; k0 < k_end; k0 += kc) {
+    const index_t kcur = std::min(kc, k_end - k0);
     pack_mapped_a(g, i0, rows, k0, kcur, a);
     pack_mapped_b(g, j0, cols, k0, kcur, b);
     for (index_t sj = 0; sj < b_strips; ++sj) {
       for (index_t si = 0; si < a_strips; ++si) {
         host_gemm::micro_kernel(
             kcur, host_gemm::strips<Compute>{a + si * mr * kcur, 1, mr, b + sj * nr * kcur, nr},
-            sums + si * mr * ldc + sj * nr, ldc, /*accumulate=*/k0 > 0);
+            sums + si * mr * ldc + sj * nr, ldc, /*accumulate=*/k0 > k_begin);
       }
     }
   }
   for (index_t r = 0; r < rows; ++r) {
-    for (index_t c = 0; c < cols; ++c) {
-      const conv::conv_position pos = g.position(i0 + r, j0 + c);
-      store_output(g.c(i0 + r, j0 + c), sums[r * ldc + c], alpha, beta, epilogue, pos.batch,
-                   pos.row, pos.col);
-    }
+    for (index_t c = 0; c < cols; ++c) store(r, c, sums[r * ldc + c]);
   }
 }
 
 /// Every implicit GEMM of a backward batch (dgrad_batch, wgrad_batch), in output blocks spread
-/// over the threads; blocks shrink until there are a few per thread.
+/// over the threads; blocks shrink until there are a few per thread. With `split_reduction`
+/// the reduction is also cut, into the fixed chunks of a deterministic pass
+/// (deterministic_chunk), whose sums are added in order at the end: a long reduction (the
+/// filter gradient's N * P * Q) then feeds every thread with full blocks, and the order of every
+/// sum depends on the problem alone, never on the thread count.
 template <class Compute, class Batch, class Epilogue>
 void run_mapped(host_exec exec, const Batch& batch, Compute alpha, Compute beta,
-                const Epilogue& epilogue) {
+                const Epilogue& epilogue, bool split_reduction = false) {
   constexpr int mr = host_gemm::tuning<Compute>::mr;
   constexpr int nr = host_gemm::tuning<Compute>::nr;
   const index_t count = batch.count(), gm = batch.gemm_m(), gn = batch.gemm_n();
+  const index_t gk = batch.gemm_k();
   if (count == 0 || gm == 0 || gn == 0) {
     return;
   }
+  const index_t chunks = split_reduction ? conv::deterministic_chunks(gk) : 1;
+  const index_t chunk = chunks > 1 ? conv::deterministic_chunk(gk) : gk;
   index_t mc = std::min<index_t>(host_gemm::tuning<Compute>::mc, ceil_div(gm, mr) * mr);
   index_t nc = std::min<index_t>(blocking::nc, ceil_div(gn, nr) * nr);
   const index_t wanted = 4 * static_cast<index_t>(host_thread_count(exec));
-  const auto tasks = [&] { return count * ceil_div(gm, mc) * ceil_div(gn, nc); };
+  const auto tasks = [&] { return count * chunks * ceil_div(gm, mc) * ceil_div(gn, nc); };
   while (tasks() < wanted && (nc > nr || mc > mr)) {
     if (nc > nr) {
       nc = ceil_div(nc / 2, nr) * nr;
@@ -304,13 +307,42 @@ void run_mapped(host_exec exec, const Batch& batch, Compute alpha, Compute beta,
     }
   }
   const index_t m_blocks = ceil_div(gm, mc), n_blocks = ceil_div(gn, nc);
-  const index_t per_problem = m_blocks * n_blocks;
+  const index_t per_problem = m_blocks * n_blocks * chunks;
+  std::vector<Compute> partial(
+      chunks > 1 ? static_cast<std::size_t>(count * chunks * gm * gn) : 0);
   host_parallel_for(exec, count * per_problem, schedule::dynamic, [&](index_t task) {
-    const index_t i = task / per_problem, block = task % per_problem;
+    const index_t i = task / per_problem, rest = task % per_problem;
+    const index_t z = rest % chunks, block = rest / chunks;
     const index_t i0 = (block % m_blocks) * mc, j0 = (block / m_blocks) * nc;
-    mapped_block(batch.problem(i), i0, std::min(mc, gm - i0), j0, std::min(nc, gn - j0), alpha,
-                 beta, epilogue);
+    const auto g = batch.problem(i);
+    const index_t k_begin = z * chunk, k_end = std::min(gk, k_begin + chunk);
+    if (chunks > 1) {
+      Compute* const out = partial.data() + (i * chunks + z) * gm * gn;
+      mapped_block<Compute>(g, i0, std::min(mc, gm - i0), j0, std::min(nc, gn - j0), k_begin,
+                            k_end, [&](index_t r, index_t c, Compute sum) {
+                              out[(i0 + r) * gn + j0 + c] = sum;
+                            });
+    } else {
+      mapped_block<Compute>(g, i0, std::min(mc, gm - i0), j0, std::min(nc, gn - j0), k_begin,
+                            k_end, [&](index_t r, index_t c, Compute sum) {
+                              const conv::conv_position pos = g.position(i0 + r, j0 + c);
+                              store_output(g.c(i0 + r, j0 + c), sum, alpha, beta, epilogue,
+                                           pos.batch, pos.row, pos.col);
+                            });
+    }
   });
+  if (chunks > 1) {
+    host_parallel_for(exec, count * gm, schedule::uniform, [&](index_t task) {
+      const index_t i = task / gm, row = task % gm;
+      const auto g = batch.problem(i);
+      for (index_t col = 0; col < gn; ++col) {
+        Compute sum = Compute(0);
+        for (index_t z = 0; z < chunks; ++z) sum += partial[((i * chunks + z) * gm + row) * gn + col];
+        const conv::conv_position pos = g.position(row, col);
+        store_output(g.c(row, col), sum, alpha, beta, epilogue, pos.batch, pos.row, pos.col);
+      }
+    });
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -584,7 +616,7 @@ void run_wgrad(host_exec exec, const conv::wgrad_batch<TX, TDY, TDW>& batch, Com
   if (batch.geo.cg() == 1) {
     depthwise_wgrad(exec, batch, alpha, beta);
   } else {
-    run_mapped(exec, batch, alpha, beta, epilogue::identity{});
+    run_mapped(exec, batch, alpha, beta, epilogue::identity{}, /*split_reduction=*/true);
   }
 }
 
