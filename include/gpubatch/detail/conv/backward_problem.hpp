@@ -101,6 +101,8 @@ struct dgrad_gemm {
   GPUBATCH_HOST_DEVICE index_t k() const { return geo.kg() * geo.r * geo.s; }
   /// NHWC gathers walk dy's channels along kk.
   GPUBATCH_HOST_DEVICE bool a_k_contiguous() const { return geo.nhwc(); }
+  /// KCRS filters are contiguous along kk (its taps); KRSC ones along j (input channels).
+  GPUBATCH_HOST_DEVICE bool b_k_contiguous() const { return !geo.nhwc(); }
 
   /// Output channel (within the group) and tap of reduction index kk.
   GPUBATCH_HOST_DEVICE void decode(index_t kk, index_t& kl, index_t& ir, index_t& is) const {
@@ -236,6 +238,8 @@ struct wgrad_gemm {
   GPUBATCH_HOST_DEVICE index_t k() const { return samples * geo.pixels(); }
   /// NCHW dy is contiguous along the pixels (the reduction); NHWC along the channels (rows).
   GPUBATCH_HOST_DEVICE bool a_k_contiguous() const { return !geo.nhwc(); }
+  /// NCHW x is (strided) along the output pixels, kk; NHWC x along the channels, j.
+  GPUBATCH_HOST_DEVICE bool b_k_contiguous() const { return !geo.nhwc(); }
 
   struct row_cursor {
     const TDY* base;  ///< dy(first_sample, channel, pixel 0); null for rows past m()

@@ -81,6 +81,7 @@ GPUBATCH_KERNEL void __launch_bounds__(Policy::threads)
   // walk kk when the gather is contiguous along kk (NHWC channels), else the rows (NCHW
   // output columns), so warps read adjacent addresses.
   const bool a_k_fast = g.a_k_contiguous();
+  const bool b_k_fast = g.b_k_contiguous();
   typename mapping::row_cursor a_rows[a_per_thread];
   int a_row_in_tile[a_per_thread];
   int a_kk_in_tile[a_per_thread];
@@ -104,8 +105,9 @@ GPUBATCH_KERNEL void __launch_bounds__(Policy::threads)
     }
 #pragma unroll
     for (int r = 0; r < b_per_thread; ++r) {
-      const int e = tid + r * T;  // B (the filters, for fprop) is contiguous along kk
-      const index_t kk = k0 + e % BK, j = tile_col + e / BK;
+      const int e = tid + r * T;  // consecutive threads walk B's contiguous dimension
+      const index_t kk = k0 + (b_k_fast ? e % BK : e / BN);
+      const index_t j = tile_col + (b_k_fast ? e / BK : e % BN);
       const auto* const p = (kk < k_end && j < n) ? g.b(kk, j) : nullptr;
       b_regs[r] = p != nullptr ? convert<Compute>(*p) : Compute(0);
     }
@@ -118,7 +120,11 @@ GPUBATCH_KERNEL void __launch_bounds__(Policy::threads)
 #pragma unroll
     for (int r = 0; r < b_per_thread; ++r) {
       const int e = tid + r * T;
-      b_s[(e % BK) * BN + e / BK] = b_regs[r];
+      if (b_k_fast) {
+        b_s[(e % BK) * BN + e / BK] = b_regs[r];
+      } else {
+        b_s[e] = b_regs[r];  // row e / BN, column e % BN
+      }
     }
   };
 

@@ -12,10 +12,9 @@
 ///
 /// Kernels and host loops talk to such a "mapping" through one small interface — m(), n(),
 /// k(); row(i) -> a row cursor resolved once per row; a(cursor, kk) and b(kk, j) -> pointer,
-/// or null for an implicit zero; c(i, j); position(i, j) for the epilogue; a_k_contiguous() as
-/// the coalescing hint — so backward data (M = N*H*W pixels of dx, A gathered from dy, B the
-/// filters transposed) and backward filter (M = K, N = C/g*R*S, reducing over N*P*Q with B
-/// gathered from x) slot in as two more mappings for the same kernels.
+/// or null for an implicit zero; c(i, j); position(i, j) for the epilogue; a_k_contiguous() and
+/// b_k_contiguous() as the coalescing hints — so backward data and backward filter
+/// (detail/conv/backward_problem.hpp) run on the same kernels as two more mappings.
 #pragma once
 
 #include <gpubatch/config.hpp>
@@ -152,6 +151,9 @@ struct fprop_gemm {
   /// Whether consecutive kk of a row are mostly adjacent in memory (NHWC: channels), so loads
   /// should walk kk; else (NCHW) they should walk the rows (adjacent output columns).
   GPUBATCH_HOST_DEVICE bool a_k_contiguous() const { return geo.nhwc(); }
+  /// Whether B's consecutive kk are adjacent in memory (the filters: always), so loads walk kk;
+  /// else they walk its columns.
+  GPUBATCH_HOST_DEVICE bool b_k_contiguous() const { return true; }
   /// Whether every run of `vector` reduction indices starting at a multiple of `vector` is one
   /// contiguous, 16-byte-aligned piece of x (or wholly padding): NHWC, channels per group and
   /// channels multiples of `vector`, x 16-byte aligned. Lets tensor-core kernels copy whole
