@@ -51,6 +51,11 @@ void with_backward_policy(int arch, size_class size, F&& f) {
   }
 }
 
+/// Most slices a backward reduction is split into: the filter gradient has few output tiles
+/// (K/g x C/g*R*S) and a reduction of N * P * Q, so it needs more slices than a forward layer to
+/// fill a GPU (64 is also the most a deterministic pass uses).
+inline constexpr index_t backward_most_slices = 64;
+
 /// The split of a backward implicit GEMM batch: the fixed chunks of a deterministic pass (the
 /// caller checked the workspace holds them), or a device-sized split when a workspace is
 /// offered and large enough, or none.
@@ -68,7 +73,8 @@ split_k<Compute> backward_split(const Batch& batch, const conv2d_backward_option
   if (options.workspace == nullptr) {
     return no_split<Compute>();
   }
-  split_k<Compute> split = plan_split<Policy, Compute>(m, n, k, batch.count(), sm_count());
+  split_k<Compute> split =
+      plan_split<Policy, Compute>(m, n, k, batch.count(), sm_count(), backward_most_slices);
   const std::size_t bytes =
       split.count > 1 ? static_cast<std::size_t>(split.count * split.problems * m * n) *
                             sizeof(Compute)
@@ -89,7 +95,8 @@ std::size_t backward_workspace_bytes(const Batch& batch) {
   with_backward_policy<Policy, Compute>(cuda_gemm::code_arch(), classify_conv2d(m, n, k),
                                         [&](auto tag) {
     using P = typename decltype(tag)::type;
-    const split_k<Compute> split = plan_split<P, Compute>(m, n, k, batch.count(), sms);
+    const split_k<Compute> split =
+        plan_split<P, Compute>(m, n, k, batch.count(), sms, backward_most_slices);
     if (split.count > 1) {
       bytes = static_cast<std::size_t>(split.count * split.problems * m * n) * sizeof(Compute);
     }

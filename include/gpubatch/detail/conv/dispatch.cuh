@@ -99,9 +99,10 @@ constexpr split_k<Compute> no_split() {
 
 /// The split-K plan of `problems` implicit GEMMs of m x n x k: slices only when the output
 /// tiles (times the implicit GEMMs) fill less than one wave of the device, each slice keeping at
-/// least 4 K tiles, at most 16 slices, aiming at two waves.
+/// least 4 K tiles, at most `most` slices, aiming at two waves.
 template <class Policy, class Compute>
-split_k<Compute> plan_split(index_t m, index_t n, index_t k, index_t problems, int sms) {
+split_k<Compute> plan_split(index_t m, index_t n, index_t k, index_t problems, int sms,
+                            index_t most = 16) {
   if constexpr (Policy::tensor_cores) {
     return no_split<Compute>();  // the tensor-core kernel does not split K
   } else {
@@ -111,7 +112,7 @@ split_k<Compute> plan_split(index_t m, index_t n, index_t k, index_t problems, i
     }
     const index_t by_occupancy = ceil_div(2 * index_t{sms}, blocks);
     const index_t by_depth = k / (4 * Policy::tile_k);
-    const index_t wanted = std::min<index_t>({by_occupancy, by_depth, 16});
+    const index_t wanted = std::min<index_t>({by_occupancy, by_depth, most});
     if (wanted <= 1) {
       return no_split<Compute>();
     }
