@@ -16,6 +16,7 @@
 // workspace. Inputs rotate so that together they exceed 2x L2. Arguments: ("batch", "layer"),
 // the layer indexing resnet50_layers() or mobilenetv2_depthwise_layers(); each run is labelled
 // with the layer's name.
+#include "conv/cudnn_layer.hpp"
 #include "conv/layers.hpp"
 #include "support/harness.hpp"
 
@@ -36,171 +37,15 @@ namespace {
 
 namespace bench = gpubatch::bench;
 using bench::conv_layer;
+using bench::cudnn_layer;
+using bench::cudnn_type;
+using bench::device_layer;
+using bench::finish;
+using bench::host_values;
+using bench::layer_of;
 using gpubatch::index_t;
 using gpubatch::tensor4d_shape;
 using gpubatch::tensor_layout;
-
-void cudnn_try(cudnnStatus_t status, const char* call) {
-  if (status != CUDNN_STATUS_SUCCESS) {
-    throw std::runtime_error(std::string("cuDNN: ") + cudnnGetErrorString(status) + " in " + call);
-  }
-}
-#define BENCH_CUDNN_TRY(call) cudnn_try((call), #call)
-
-template <class T>
-cudnnDataType_t cudnn_type() {
-  if constexpr (std::is_same_v<T, gpubatch::half>) {
-    return CUDNN_DATA_HALF;
-  } else if constexpr (std::is_same_v<T, gpubatch::bfloat16>) {
-    return CUDNN_DATA_BFLOAT16;
-  } else {
-    return CUDNN_DATA_FLOAT;
-  }
-}
-
-/// A cuDNN handle on the benchmark's stream and the descriptors of one NHWC layer.
-class cudnn_layer {
- public:
-  cudnn_layer(const conv_layer& l, index_t n, cudnnDataType_t type, cudaStream_t stream) {
-    BENCH_CUDNN_TRY(cudnnCreate(&handle_));
-    BENCH_CUDNN_TRY(cudnnSetStream(handle_, stream));
-    BENCH_CUDNN_TRY(cudnnCreateTensorDescriptor(&x_));
-    BENCH_CUDNN_TRY(cudnnCreateTensorDescriptor(&y_));
-    BENCH_CUDNN_TRY(cudnnCreateTensorDescriptor(&bias_));
-    BENCH_CUDNN_TRY(cudnnCreateFilterDescriptor(&w_));
-    BENCH_CUDNN_TRY(cudnnCreateConvolutionDescriptor(&conv_));
-    BENCH_CUDNN_TRY(cudnnCreateActivationDescriptor(&relu_));
-    const tensor4d_shape xs = l.x_shape(n), ws = l.w_shape(), ys = l.y_shape(n);
-    const auto i = [](index_t v) { return static_cast<int>(v); };
-    BENCH_CUDNN_TRY(cudnnSetTensor4dDescriptor(x_, CUDNN_TENSOR_NHWC, type, i(xs.n), i(xs.c), i(xs.h), i(xs.w)));
-    BENCH_CUDNN_TRY(cudnnSetTensor4dDescriptor(y_, CUDNN_TENSOR_NHWC, type, i(ys.n), i(ys.c), i(ys.h), i(ys.w)));
-    BENCH_CUDNN_TRY(cudnnSetTensor4dDescriptor(bias_, CUDNN_TENSOR_NHWC, type, 1, i(ys.c), 1, 1));
-    BENCH_CUDNN_TRY(cudnnSetFilter4dDescriptor(w_, type, CUDNN_TENSOR_NHWC, i(ws.n), i(ws.c), i(ws.h), i(ws.w)));
-    const gpubatch::conv2d_params& p = l.params;  // the layers pad symmetrically
-    BENCH_CUDNN_TRY(cudnnSetConvolution2dDescriptor(conv_, i(p.pad_h_begin), i(p.pad_w_begin),
-                                                    i(p.stride_h), i(p.stride_w), i(p.dilation_h),
-                                                    i(p.dilation_w), CUDNN_CROSS_CORRELATION,
-                                                    CUDNN_DATA_FLOAT));
-    BENCH_CUDNN_TRY(cudnnSetConvolutionGroupCount(conv_, i(p.groups)));
-    BENCH_CUDNN_TRY(cudnnSetConvolutionMathType(
-        conv_, type == CUDNN_DATA_FLOAT ? CUDNN_DEFAULT_MATH : CUDNN_TENSOR_OP_MATH));
-    BENCH_CUDNN_TRY(cudnnSetActivationDescriptor(relu_, CUDNN_ACTIVATION_RELU,
-                                                 CUDNN_NOT_PROPAGATE_NAN, 0.0));
-  }
-  cudnn_layer(const cudnn_layer&) = delete;
-  cudnn_layer& operator=(const cudnn_layer&) = delete;
-  ~cudnn_layer() {
-    cudnnDestroyActivationDescriptor(relu_);
-    cudnnDestroyConvolutionDescriptor(conv_);
-    cudnnDestroyFilterDescriptor(w_);
-    cudnnDestroyTensorDescriptor(bias_);
-    cudnnDestroyTensorDescriptor(y_);
-    cudnnDestroyTensorDescriptor(x_);
-    cudnnDestroy(handle_);
-  }
-
-  /// The fastest algorithm cuDNN measures for this layer, and its workspace.
-  cudnnConvolutionFwdAlgoPerf_t fastest() const {
-    cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-    int returned = 0;
-    BENCH_CUDNN_TRY(cudnnFindConvolutionForwardAlgorithm(
-        handle_, x_, w_, conv_, y_, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &returned, perf));
-    for (int k = 0; k < returned; ++k) {
-      if (perf[k].status == CUDNN_STATUS_SUCCESS) return perf[k];  // sorted fastest first
-    }
-    throw std::runtime_error("cuDNN found no forward algorithm for this layer");
-  }
-
-  std::size_t workspace_bytes(cudnnConvolutionFwdAlgo_t algo) const {
-    std::size_t bytes = 0;
-    BENCH_CUDNN_TRY(cudnnGetConvolutionForwardWorkspaceSize(handle_, x_, w_, conv_, y_, algo, &bytes));
-    return bytes;
-  }
-
-  void forward(cudnnConvolutionFwdAlgo_t algo, const void* x, const void* w, void* y,
-               void* workspace, std::size_t workspace_bytes) const {
-    const float one = 1.0F, zero = 0.0F;
-    BENCH_CUDNN_TRY(cudnnConvolutionForward(handle_, &one, x_, x, w_, w, conv_, algo, workspace,
-                                            workspace_bytes, &zero, y_, y));
-  }
-
-  void forward_bias_relu(cudnnConvolutionFwdAlgo_t algo, const void* x, const void* w,
-                         const void* bias, void* y, void* workspace,
-                         std::size_t workspace_bytes) const {
-    const float one = 1.0F, zero = 0.0F;  // alpha2 = 0: z (= y) is not added
-    BENCH_CUDNN_TRY(cudnnConvolutionBiasActivationForward(
-        handle_, &one, x_, x, w_, w, conv_, algo, workspace, workspace_bytes, &zero, y_, y, bias_,
-        bias, relu_, y_, y));
-  }
-
- private:
-  cudnnHandle_t handle_ = nullptr;
-  cudnnTensorDescriptor_t x_ = nullptr, y_ = nullptr, bias_ = nullptr;
-  cudnnFilterDescriptor_t w_ = nullptr;
-  cudnnConvolutionDescriptor_t conv_ = nullptr;
-  cudnnActivationDescriptor_t relu_ = nullptr;
-};
-
-/// Pseudo-random values in [-0.5, 0.5), the same for every implementation.
-template <class T>
-std::vector<T> host_values(index_t count, unsigned seed) {
-  std::vector<T> values(static_cast<std::size_t>(count));
-  unsigned state = seed;
-  for (T& v : values) {
-    state = state * 1664525u + 1013904223u;
-    v = gpubatch::convert<T>(static_cast<float>(state >> 8) / 16777216.0F - 0.5F);
-  }
-  return values;
-}
-
-/// x, w and y of one layer on the device, rotating together past 2x L2.
-template <class T>
-struct device_layer {
-  tensor4d_shape xs, ws, ys;
-  bench::rotating_buffers x, w, y;
-
-  device_layer(const conv_layer& l, index_t n, index_t filter_sets, cudaStream_t stream)
-      : xs(l.x_shape(n)),
-        ws(l.w_shape()),
-        ys(l.y_shape(n)),
-        x(bytes(xs.size()), gpubatch::on(stream), copies(l, n, filter_sets)),
-        w(bytes(ws.size() * filter_sets), gpubatch::on(stream), copies(l, n, filter_sets)),
-        y(bytes(ys.size()), gpubatch::on(stream), copies(l, n, filter_sets)) {
-    x.upload(host_values<T>(xs.size(), 1u).data());
-    w.upload(host_values<T>(ws.size() * filter_sets, 2u).data());
-  }
-  static std::size_t bytes(index_t elements) {
-    return static_cast<std::size_t>(elements) * sizeof(T);
-  }
-  static std::size_t copies(const conv_layer& l, index_t n, index_t filter_sets) {
-    return bench::rotating_buffers::copies_to_exceed_l2(
-        bytes(l.x_shape(n).size() + l.w_shape().size() * filter_sets + l.y_shape(n).size()));
-  }
-  gpubatch::tensor4d_view<const T> x_view(const void* p) const {
-    return {static_cast<const T*>(p), xs.n, xs.c, xs.h, xs.w, tensor_layout::nhwc,
-            gpubatch::memory_space::device};
-  }
-  gpubatch::tensor4d_view<const T> w_view(const void* p, index_t sets = 1) const {
-    return {static_cast<const T*>(p), ws.n * sets, ws.c, ws.h, ws.w, tensor_layout::nhwc,
-            gpubatch::memory_space::device};
-  }
-  gpubatch::tensor4d_view<T> y_view(void* p) const {
-    return {static_cast<T*>(p), ys.n, ys.c, ys.h, ys.w, tensor_layout::nhwc,
-            gpubatch::memory_space::device};
-  }
-};
-
-const conv_layer& layer_of(const benchmark::State& state, const std::vector<conv_layer>& layers) {
-  return layers.at(static_cast<std::size_t>(state.range(1)));
-}
-
-void finish(benchmark::State& state, const conv_layer& l, index_t n, std::size_t element,
-            index_t filter_sets = 1) {
-  state.SetLabel(l.name);
-  const double extra_filters =
-      static_cast<double>((filter_sets - 1) * l.w_shape().size()) * static_cast<double>(element);
-  bench::set_rates(state, l.flops(n), l.bytes(n, element) + extra_filters);
-}
 
 // --- plain and depthwise convolution ----------------------------------------------------------
 
