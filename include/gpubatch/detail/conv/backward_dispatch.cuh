@@ -104,10 +104,58 @@ std::size_t backward_workspace_bytes(const Batch& batch) {
   return bytes;
 }
 
+/// Filter taps the depthwise filter-gradient kernel keeps in registers (7 x 7); larger depthwise
+/// filters take the implicit GEMM.
+inline constexpr int depthwise_max_taps = 49;
+
+/// Depthwise layers (one input channel per group) on their own kernels, unless a policy is
+/// forced or a deterministic pass asks for the implicit GEMM's fixed chunks (whose order is the
+/// one documented). Returns whether it launched.
+template <class Policy, class TDY, class TW, class TDX, class Compute, class Epilogue>
+bool launch_depthwise_backward(cudaStream_t stream, const conv::dgrad_batch<TDY, TW, TDX>& batch,
+                               Compute alpha, Compute beta, const Epilogue& epilogue,
+                               const conv2d_backward_options& options) {
+  // A deterministic pass keeps the documented chunked order of the implicit GEMM.
+  if (!std::is_void_v<Policy> || batch.geo.cg() != 1 || options.deterministic) {
+    return false;
+  }
+  constexpr int threads = 256;
+  const index_t total = batch.geo.n * batch.geo.c * batch.geo.h * batch.geo.w;
+  const index_t blocks = std::min<index_t>(ceil_div(total, threads), index_t{1} << 20);
+  launch(depthwise_dgrad_kernel<threads, TDY, TW, TDX, Compute, Epilogue>,
+         launch_config{static_cast<unsigned>(blocks), threads, 0, stream}, batch, alpha, beta,
+         epilogue);
+  GPUBATCH_CUDA_TRY(cudaGetLastError());
+  return true;
+}
+
+template <class Policy, class TX, class TDY, class TDW, class Compute, class Epilogue>
+bool launch_depthwise_backward(cudaStream_t stream, const conv::wgrad_batch<TX, TDY, TDW>& batch,
+                               Compute alpha, Compute beta, const Epilogue&,
+                               const conv2d_backward_options& options) {
+  // A deterministic pass keeps the documented chunked order of the implicit GEMM.
+  if (!std::is_void_v<Policy> || batch.geo.cg() != 1 || options.deterministic ||
+      batch.geo.r * batch.geo.s > depthwise_max_taps) {
+    return false;
+  }
+  constexpr int threads = 256;
+  const index_t blocks = (batch.per_sample ? batch.samples : 1) * batch.geo.k;
+  if (blocks > 0x7fffffff) {
+    return false;
+  }
+  launch(depthwise_wgrad_kernel<threads, depthwise_max_taps, TX, TDY, TDW, Compute>,
+         launch_config{static_cast<unsigned>(blocks), threads, 0, stream}, batch, alpha, beta);
+  GPUBATCH_CUDA_TRY(cudaGetLastError());
+  return true;
+}
+
 /// Backward data or backward filter (a dgrad_batch or wgrad_batch).
 template <class Policy, class Batch, class Compute, class Epilogue>
 void dispatch_backward(cudaStream_t stream, const Batch& batch, Compute alpha, Compute beta,
                        const Epilogue& epilogue, const conv2d_backward_options& options) {
+  if (launch_depthwise_backward<Policy>(stream, batch, alpha, beta, epilogue, options)) {
+    return;
+  }
   const index_t m = batch.gemm_m(), n = batch.gemm_n(), k = batch.gemm_k();
   with_backward_policy<Policy, Compute>(cuda_gemm::code_arch(), classify_conv2d(m, n, k),
                                         [&](auto tag) {

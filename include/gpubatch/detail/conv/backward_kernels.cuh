@@ -7,6 +7,7 @@
 #pragma once
 
 #include <gpubatch/config.hpp>
+#include <gpubatch/detail/conv/backward_problem.hpp>
 #include <gpubatch/detail/conv/problem.hpp>
 #include <gpubatch/detail/gemm/problem.hpp>
 #include <gpubatch/epilogue.hpp>
@@ -67,6 +68,96 @@ GPUBATCH_KERNEL void __launch_bounds__(Threads)
   sum = block_sum<Threads>(sum, partial);
   if (threadIdx.x == 0) {
     norms[first + static_cast<index_t>(blockIdx.x)] = sum;
+  }
+}
+
+/// Depthwise backward data: one input element per thread (grid-stride, storage order, so a
+/// warp's channels or columns are adjacent), gathering the dy elements of its channel's
+/// filters that reached it.
+template <int Threads, class TDY, class TW, class TDX, class Compute, class Epilogue>
+GPUBATCH_KERNEL void __launch_bounds__(Threads)
+    depthwise_dgrad_kernel(conv::dgrad_batch<TDY, TW, TDX> batch, Compute alpha, Compute beta,
+                           Epilogue epilogue) {
+  const conv::conv2d_geometry& geo = batch.geo;
+  const index_t plane = geo.h * geo.w;
+  const index_t total = geo.n * geo.c * plane;
+  const index_t m = geo.kg();
+  const index_t window = geo.r * geo.s;
+  const index_t step = static_cast<index_t>(gridDim.x) * Threads;
+  for (index_t idx = static_cast<index_t>(blockIdx.x) * Threads + threadIdx.x; idx < total;
+       idx += step) {
+    index_t sample, c, pixel;
+    if (geo.nhwc()) {
+      c = idx % geo.c;
+      pixel = (idx / geo.c) % plane;
+      sample = idx / (geo.c * plane);
+    } else {
+      pixel = idx % plane;
+      c = (idx / plane) % geo.c;
+      sample = idx / (plane * geo.c);
+    }
+    const index_t ih = pixel / geo.w, iw = pixel % geo.w;
+    const TW* const w = batch.w + (batch.per_sample ? sample * geo.filter_set_size() : 0);
+    Compute acc = Compute(0);
+    for (index_t ir = 0; ir < geo.r; ++ir) {
+      const index_t th = ih + geo.pad_h - ir * geo.dilation_h;
+      if (th < 0 || th % geo.stride_h != 0 || th / geo.stride_h >= geo.p) continue;
+      for (index_t is = 0; is < geo.s; ++is) {
+        const index_t tw = iw + geo.pad_w - is * geo.dilation_w;
+        if (tw < 0 || tw % geo.stride_w != 0 || tw / geo.stride_w >= geo.q) continue;
+        const index_t out = (th / geo.stride_h) * geo.q + tw / geo.stride_w;
+        for (index_t k = c * m; k < (c + 1) * m; ++k) {
+          acc += convert<Compute>(batch.dy[geo.y_offset(sample, k, out)]) *
+                 convert<Compute>(w[k * window + ir * geo.s + is]);
+        }
+      }
+    }
+    store_output(batch.dx[geo.x_offset(sample, c, ih, iw)], acc, alpha, beta, epilogue, sample,
+                 pixel, c);
+  }
+}
+
+/// Depthwise backward filter: one block per (filter set, output channel), its threads striding
+/// over the set's samples and output pixels with one partial sum per filter tap (at most
+/// MaxTaps), each tap then reduced by block_sum. Fixed order throughout.
+template <int Threads, int MaxTaps, class TX, class TDY, class TDW, class Compute>
+GPUBATCH_KERNEL void __launch_bounds__(Threads)
+    depthwise_wgrad_kernel(conv::wgrad_batch<TX, TDY, TDW> batch, Compute alpha, Compute beta) {
+  __shared__ Compute partial[Threads];
+  const conv::conv2d_geometry& geo = batch.geo;
+  const index_t k = static_cast<index_t>(blockIdx.x) % geo.k;
+  const index_t set = static_cast<index_t>(blockIdx.x) / geo.k;
+  const index_t first = batch.per_sample ? set : 0;
+  const index_t samples = batch.per_sample ? 1 : batch.samples;
+  const index_t pixels = geo.pixels();
+  const index_t window = geo.r * geo.s;
+  const index_t c = k / geo.kg();
+  Compute sums[MaxTaps];
+#pragma unroll
+  for (int t = 0; t < MaxTaps; ++t) sums[t] = Compute(0);
+  for (index_t e = threadIdx.x; e < samples * pixels; e += Threads) {
+    const index_t local = e / pixels, pixel = e - local * pixels;
+    const index_t sample = batch.first_sample + first + local;
+    const index_t op = pixel / geo.q, oq = pixel % geo.q;
+    const Compute d = convert<Compute>(batch.dy[geo.y_offset(sample, k, pixel)]);
+#pragma unroll
+    for (int t = 0; t < MaxTaps; ++t) {
+      if (t >= window) break;
+      const index_t ih = op * geo.stride_h - geo.pad_h + (t / geo.s) * geo.dilation_h;
+      const index_t iw = oq * geo.stride_w - geo.pad_w + (t % geo.s) * geo.dilation_w;
+      if (ih >= 0 && ih < geo.h && iw >= 0 && iw < geo.w) {
+        sums[t] += d * convert<Compute>(batch.x[geo.x_offset(sample, c, ih, iw)]);
+      }
+    }
+  }
+  TDW* const out = batch.dw + set * geo.filter_set_size() + k * window;
+  for (int t = 0; t < MaxTaps && t < window; ++t) {
+    const Compute sum = block_sum<Threads>(sums[t], partial);
+    if (threadIdx.x == 0) {
+      store_output(out[t], sum, alpha, beta, epilogue::identity{},
+                   batch.per_sample ? batch.first_sample + set : 0, k, t);
+    }
+    __syncthreads();  // partial is reused by the next tap
   }
 }
 
