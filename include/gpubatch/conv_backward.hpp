@@ -18,8 +18,10 @@
 /// Backends: both run the passes as implicit GEMMs over the same index mappings
 /// (detail/conv/backward_problem.hpp): nothing is unfolded, so no pass needs memory beyond its
 /// output, except where a workspace is asked for. The host runs them on its GEMM micro-kernel
-/// (OpenMP over output blocks); CUDA on its SIMT implicit-GEMM kernel (tensor cores are not
-/// used by the backward passes yet), splitting long reductions through the workspace.
+/// (OpenMP over output blocks; depthwise layers and few-channel backward data on direct loops
+/// and GEMM + col2im); CUDA on its SIMT implicit-GEMM kernel (tensor cores are not used by the
+/// backward passes yet), splitting long reductions through the workspace, and depthwise layers
+/// on their own kernels.
 /// Every pass is deterministic run to run on both backends; see conv2d_backward_options for
 /// results independent of the GPU.
 ///
