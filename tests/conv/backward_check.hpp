@@ -292,6 +292,9 @@ inline std::vector<conv_case> backward_layers() {
       {"filter as large as the padded input", 2, 4, 4, 4, 6, 5, 5,
        conv2d_params{}.with_padding(1, 0, 1, 0)},
       {"1x1 input", 3, 8, 1, 1, 5, 1, 1},
+      {"depthwise 5x5, stride 2, asymmetric padding", 1, 4, 9, 8, 4, 5, 5,
+       conv2d_params{}.with_padding(2, 1, 1, 2).with_stride(2, 2).with_groups(4)},
+      {"depthwise 7x7", 2, 3, 9, 9, 3, 7, 7, pad(3, 3).with_groups(3)},
   };
 }
 

@@ -143,8 +143,17 @@ bool launch_depthwise_backward(cudaStream_t stream, const conv::wgrad_batch<TX, 
   if (blocks > 0x7fffffff) {
     return false;
   }
-  launch(depthwise_wgrad_kernel<threads, depthwise_max_taps, TX, TDY, TDW, Compute>,
-         launch_config{static_cast<unsigned>(blocks), threads, 0, stream}, batch, alpha, beta);
+  // Registers for the taps the filter has: 3 x 3, 5 x 5, or up to 7 x 7.
+  const launch_config config{static_cast<unsigned>(blocks), threads, 0, stream};
+  const index_t taps = batch.geo.r * batch.geo.s;
+  if (taps <= 9) {
+    launch(depthwise_wgrad_kernel<threads, 9, TX, TDY, TDW, Compute>, config, batch, alpha, beta);
+  } else if (taps <= 25) {
+    launch(depthwise_wgrad_kernel<threads, 25, TX, TDY, TDW, Compute>, config, batch, alpha, beta);
+  } else {
+    launch(depthwise_wgrad_kernel<threads, depthwise_max_taps, TX, TDY, TDW, Compute>, config,
+           batch, alpha, beta);
+  }
   GPUBATCH_CUDA_TRY(cudaGetLastError());
   return true;
 }

@@ -119,7 +119,7 @@ GPUBATCH_KERNEL void __launch_bounds__(Threads)
 
 /// Depthwise backward filter: one block per (filter set, output channel), its threads striding
 /// over the set's samples and output pixels with one partial sum per filter tap (at most
-/// MaxTaps), each tap then reduced by block_sum. Fixed order throughout.
+/// MaxTaps, all in registers), each tap then reduced by block_sum. Fixed order throughout.
 template <int Threads, int MaxTaps, class TX, class TDY, class TDW, class Compute>
 GPUBATCH_KERNEL void __launch_bounds__(Threads)
     depthwise_wgrad_kernel(conv::wgrad_batch<TX, TDY, TDW> batch, Compute alpha, Compute beta) {
@@ -151,13 +151,17 @@ GPUBATCH_KERNEL void __launch_bounds__(Threads)
     }
   }
   TDW* const out = batch.dw + set * geo.filter_set_size() + k * window;
-  for (int t = 0; t < MaxTaps && t < window; ++t) {
-    const Compute sum = block_sum<Threads>(sums[t], partial);
-    if (threadIdx.x == 0) {
-      store_output(out[t], sum, alpha, beta, epilogue::identity{},
-                   batch.per_sample ? batch.first_sample + set : 0, k, t);
+  // Unrolled, so every partial sum stays in a register (window is uniform across the block).
+#pragma unroll
+  for (int t = 0; t < MaxTaps; ++t) {
+    if (t < window) {
+      const Compute sum = block_sum<Threads>(sums[t], partial);
+      if (threadIdx.x == 0) {
+        store_output(out[t], sum, alpha, beta, epilogue::identity{},
+                     batch.per_sample ? batch.first_sample + set : 0, k, t);
+      }
+      __syncthreads();  // partial is reused by the next tap
     }
-    __syncthreads();  // partial is reused by the next tap
   }
 }
 
