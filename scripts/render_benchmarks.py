@@ -24,7 +24,7 @@ measured with CUDA events, anything else wall-clock time (the JSON's real_time f
 Values: the "median" aggregate of the repetitions (--benchmark_repetitions with
 --benchmark_report_aggregates_only); without aggregates, the median of the individual runs.
 Rate counters "flops_per_second" and "bytes_per_second" (gpubatch::bench::set_rates) get table
-columns when a group reports them. Benchmarks that called SkipWithError (for example "no CUDA
+columns when a group reports them, as does "extra_bytes" (memory beyond inputs and outputs). Benchmarks that called SkipWithError (for example "no CUDA
 device") are listed as not run, with the message.
 
 Usage: render_benchmarks.py --results DIR --plots DIR --output FILE [--no-plots]
@@ -44,6 +44,8 @@ from pathlib import Path
 
 SUBJECT = "gpubatch"
 RATE_COUNTERS = {"flops_per_second": "FLOP/s", "bytes_per_second": "B/s"}
+# Plain counters in bytes: memory an implementation needs beyond its inputs and outputs.
+MEMORY_COUNTERS = {"extra_bytes": "extra memory"}
 TIMER_SUFFIXES = {"manual_time": "device time (CUDA events)", "real_time": "wall clock"}
 IGNORED_PREFIXES = ("iterations:", "repeats:", "min_time:", "min_warmup_time:", "process_time")
 TIME_UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
@@ -379,6 +381,9 @@ def group_section(group: Group, label: str, plot_rel: str | None) -> list[str]:
              if any(c in cell.counters for cell in group.cells.values())]
     header = [group.x_label or "x"] + impls + [f"{SUBJECT} / {b}" for b in ratios]
     header += [f"{i} {RATE_COUNTERS[c]}" for c in rates for i in impls]
+    memory = [c for c in MEMORY_COUNTERS
+              if any(c in cell.counters for cell in group.cells.values())]
+    header += [f"{i} {MEMORY_COUNTERS[c]}" for c in memory for i in impls]
     rows = []
     notes: dict[str, int] = {}
     for x in group.xs():
@@ -401,6 +406,11 @@ def group_section(group: Group, label: str, plot_rel: str | None) -> list[str]:
                 cell = group.cells.get((impl, x))
                 value = cell.counters.get(counter) if cell else None
                 row.append(fmt_rate(value, RATE_COUNTERS[counter]) if value else "-")
+        for counter in memory:
+            for impl in impls:
+                cell = group.cells.get((impl, x))
+                value = cell.counters.get(counter) if cell else None
+                row.append(fmt_bytes(value) if value is not None else "-")
         rows.append(row)
     out += table(header, rows)
     for message, number in notes.items():

@@ -361,9 +361,20 @@ void depthwise_dgrad(host_exec exec, const conv::dgrad_batch<TDY, TW, TDX>& batc
     return batch.w + (batch.per_sample ? sample * geo.filter_set_size() : 0);
   };
   if (geo.nhwc()) {
+    // Filters as [set][r * S + s][k], so that a tap's K weights are one vector loop.
+    const index_t sets = batch.per_sample ? geo.n : 1;
+    const auto packed = uninitialised<Compute>(sets * window * geo.k);
+    for (index_t set = 0; set < sets; ++set) {
+      const TW* const w = filters_of(set);
+      for (index_t k = 0; k < geo.k; ++k) {
+        for (index_t rs = 0; rs < window; ++rs) {
+          packed[(set * window + rs) * geo.k + k] = convert<Compute>(w[k * window + rs]);
+        }
+      }
+    }
     host_parallel_for(exec, geo.n * geo.h, schedule::uniform, [&](index_t task) {
       const index_t sample = task / geo.h, ih = task % geo.h;
-      const TW* const w = filters_of(sample);
+      const Compute* const w = packed.get() + (batch.per_sample ? sample : 0) * window * geo.k;
       Compute* const acc = host_gemm::scratch<Compute>(static_cast<std::size_t>(geo.c), 0);
       for (index_t iw = 0; iw < geo.w; ++iw) {
         std::fill(acc, acc + geo.c, Compute(0));
@@ -375,9 +386,11 @@ void depthwise_dgrad(host_exec exec, const conv::dgrad_batch<TDY, TW, TDX>& batc
             if (tw < 0 || tw % geo.stride_w != 0 || tw / geo.stride_w >= geo.q) continue;
             const TDY* const d =
                 batch.dy + geo.y_offset(sample, 0, (th / geo.stride_h) * geo.q + tw / geo.stride_w);
-            const TW* const tap = w + ir * geo.s + is;  // filter k's tap at tap[k * window]
-            for (index_t k = 0; k < geo.k; ++k) {
-              acc[k / m] += convert<Compute>(d[k]) * convert<Compute>(tap[k * window]);
+            const Compute* const tap = w + (ir * geo.s + is) * geo.k;
+            if (m == 1) {
+              for (index_t c = 0; c < geo.c; ++c) acc[c] += convert<Compute>(d[c]) * tap[c];
+            } else {
+              for (index_t k = 0; k < geo.k; ++k) acc[k / m] += convert<Compute>(d[k]) * tap[k];
             }
           }
         }
@@ -437,37 +450,42 @@ void depthwise_wgrad(host_exec exec, const conv::wgrad_batch<TX, TDY, TDW>& batc
                  epilogue::identity{}, batch.per_sample ? batch.first_sample + set : 0, k, rs);
   };
   if (geo.nhwc()) {
-    constexpr index_t block = 32;
+    // One task per (set, filter tap, block of channels): the tap's sums for the block run over
+    // every output pixel as one vector loop across the channels, the pixels a tap sees inside
+    // the input found per output row, not tested per pixel.
+    constexpr index_t block = 64;
     const index_t blocks = ceil_div(geo.k, block);
-    host_parallel_for(exec, sets * blocks, schedule::uniform, [&](index_t task) {
-      const index_t set = task / blocks, k0 = (task % blocks) * block;
+    host_parallel_for(exec, sets * window * blocks, schedule::uniform, [&](index_t task) {
+      const index_t set = task / (window * blocks);
+      const index_t rs = (task / blocks) % window, k0 = (task % blocks) * block;
+      const index_t ir = rs / geo.s, is = rs % geo.s;
       const index_t width = std::min(block, geo.k - k0);
-      Compute* const acc = host_gemm::scratch<Compute>(static_cast<std::size_t>(window * block), 0);
-      std::fill(acc, acc + window * block, Compute(0));
+      Compute acc[block] = {};
+      Compute xs[block];
+      const index_t shift = is * geo.dilation_w - geo.pad_w;
+      const index_t q_begin = shift >= 0 ? 0 : ceil_div(-shift, geo.stride_w);
+      const index_t q_end =
+          geo.w - 1 - shift < 0 ? 0 : std::min(geo.q, (geo.w - 1 - shift) / geo.stride_w + 1);
       for (index_t local = set * per_set; local < (set + 1) * per_set; ++local) {
         const index_t sample = batch.first_sample + local;
         for (index_t op = 0; op < geo.p; ++op) {
-          for (index_t oq = 0; oq < geo.q; ++oq) {
-            const TDY* const d = batch.dy + geo.y_offset(sample, k0, op * geo.q + oq);
-            for (index_t ir = 0; ir < geo.r; ++ir) {
-              const index_t ih = op * geo.stride_h - geo.pad_h + ir * geo.dilation_h;
-              if (ih < 0 || ih >= geo.h) continue;
-              for (index_t is = 0; is < geo.s; ++is) {
-                const index_t iw = oq * geo.stride_w - geo.pad_w + is * geo.dilation_w;
-                if (iw < 0 || iw >= geo.w) continue;
-                const TX* const xp = batch.x + geo.x_offset(sample, 0, ih, iw);
-                Compute* const a = acc + (ir * geo.s + is) * block;
-                for (index_t c = 0; c < width; ++c) {
-                  a[c] += convert<Compute>(d[c]) * convert<Compute>(xp[(k0 + c) / m]);
-                }
+          const index_t ih = op * geo.stride_h - geo.pad_h + ir * geo.dilation_h;
+          if (ih < 0 || ih >= geo.h) continue;
+          const TDY* d = batch.dy + geo.y_offset(sample, k0, op * geo.q + q_begin);
+          const TX* xp = batch.x + geo.x_offset(sample, 0, ih, q_begin * geo.stride_w + shift);
+          for (index_t oq = q_begin; oq < q_end; ++oq, d += geo.k, xp += geo.stride_w * geo.c) {
+            if (m == 1) {
+              for (index_t c = 0; c < width; ++c) {
+                acc[c] += convert<Compute>(d[c]) * convert<Compute>(xp[k0 + c]);
               }
+            } else {
+              for (index_t c = 0; c < width; ++c) xs[c] = convert<Compute>(xp[(k0 + c) / m]);
+              for (index_t c = 0; c < width; ++c) acc[c] += convert<Compute>(d[c]) * xs[c];
             }
           }
         }
       }
-      for (index_t c = 0; c < width; ++c) {
-        for (index_t rs = 0; rs < window; ++rs) store(set, k0 + c, rs, acc[rs * block + c]);
-      }
+      for (index_t c = 0; c < width; ++c) store(set, k0 + c, rs, acc[c]);
     });
   } else {
     host_parallel_for(exec, sets * geo.k, schedule::uniform, [&](index_t task) {
