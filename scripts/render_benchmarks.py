@@ -142,7 +142,8 @@ def _seconds(entry: dict) -> float:
 
 
 def _counters(entry: dict) -> dict[str, float]:
-    return {k: float(entry[k]) for k in RATE_COUNTERS if isinstance(entry.get(k), (int, float))}
+    return {k: float(entry[k]) for k in (*RATE_COUNTERS, *MEMORY_COUNTERS)
+            if isinstance(entry.get(k), (int, float))}
 
 
 def read_results(path: Path) -> ResultFile:
