@@ -46,14 +46,7 @@ const std::vector<conv_layer>& layers() {
   return all;
 }
 
-const std::vector<conv_layer>& per_sample_layers() {
-  static const std::vector<conv_layer> all = {
-      {"cifar_3x3_3-32", 3, 32, 32, 32, 3, 3, bench::same(1)},
-      {"cifar_3x3_32-64", 32, 16, 16, 64, 3, 3, bench::same(1)},
-      {"cifar_3x3_64-128", 64, 8, 8, 128, 3, 3, bench::same(1)},
-  };
-  return all;
-}
+const std::vector<conv_layer>& per_sample_layers() { return bench::per_sample_gradient_layers(); }
 
 /// The layer's x, w and dy (in the y buffers) with values; the pass overwrites dx or dw.
 struct backward_layer : bench::device_layer<T> {

@@ -66,16 +66,7 @@ const std::vector<conv_layer>& backward_layers() {
   return layers;
 }
 
-/// Layers of the size differentially private training runs per-sample gradients on (CIFAR-10
-/// scale networks).
-const std::vector<conv_layer>& per_sample_layers() {
-  static const std::vector<conv_layer> layers = {
-      {"cifar_3x3_3-32", 3, 32, 32, 32, 3, 3, bench::same(1)},
-      {"cifar_3x3_32-64", 32, 16, 16, 64, 3, 3, bench::same(1)},
-      {"cifar_3x3_64-128", 64, 8, 8, 128, 3, 3, bench::same(1)},
-  };
-  return layers;
-}
+const std::vector<conv_layer>& per_sample_layers() { return bench::per_sample_gradient_layers(); }
 
 /// The same pseudo-random inputs for every implementation: x, w and dy.
 struct layer_data {

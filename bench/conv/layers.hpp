@@ -76,6 +76,17 @@ inline const std::vector<conv_layer>& mobilenetv2_depthwise_layers() {
   return layers;
 }
 
+/// Layers of the size differentially private training takes per-sample gradients of
+/// (CIFAR-10-scale networks), for the per-sample filter-gradient benchmarks.
+inline const std::vector<conv_layer>& per_sample_gradient_layers() {
+  static const std::vector<conv_layer> layers = {
+      {"cifar_3x3_3-32", 3, 32, 32, 32, 3, 3, same(1)},
+      {"cifar_3x3_32-64", 32, 16, 16, 64, 3, 3, same(1)},
+      {"cifar_3x3_64-128", 64, 8, 8, 128, 3, 3, same(1)},
+  };
+  return layers;
+}
+
 /// Registers `layers.size()` values of the "layer" argument (the x axis), after `prefix`
 /// arguments, e.g. a batch size.
 inline void layer_args(benchmark::internal::Benchmark* b, const std::vector<conv_layer>& layers,

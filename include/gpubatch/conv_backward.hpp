@@ -87,6 +87,31 @@ void check_backward_workspace(const Exec& exec, const conv2d_backward_options& o
   }
 }
 
+/// The workspace a backward batch asks for: a deterministic pass's fixed chunks (both backends),
+/// else what the CUDA backend would split with on this device (0 on the host).
+template <class Policy, class Compute, class Exec, class Batch>
+std::size_t backward_workspace_size(const Exec& exec, const Batch& batch,
+                                    const conv2d_backward_options& options) {
+  (void)exec;
+  if (options.deterministic) {
+    return deterministic_bytes(batch.gemm_m(), batch.gemm_n(), batch.gemm_k(), batch.count(),
+                               sizeof(Compute));
+  }
+  const conv2d_geometry& geo = batch.geo;
+  if constexpr (is_cuda_exec_v<Exec>) {
+#if GPUBATCH_CUDA_COMPILER
+    if (geo.n == 0 || geo.k == 0 || geo.c == 0) return 0;
+    return cuda_conv::backward_workspace_bytes<Policy, Compute>(batch);
+#else
+    (void)geo;
+    return 0;
+#endif
+  } else {
+    (void)geo;
+    return 0;
+  }
+}
+
 template <class Policy, class Exec, class TDY, class TW, class TDX, class Epilogue>
 void backward_data(Exec exec, const conv2d_params& params, scalar_t<TDY> alpha,
                    const tensor4d_view<TDY>& dy, const tensor4d_view<TW>& w, scalar_t<TDY> beta,
@@ -402,20 +427,7 @@ template <class Policy = void, class Exec, class TDY, class TW, class TDX>
       detail::conv::check_conv2d(exec, params, dx, w, dy, per_sample, {"dx", "w", "dy"});
   const detail::conv::dgrad_batch<std::remove_const_t<TDY>, std::remove_const_t<TW>, TDX> batch(
       geo, dy.data(), w.data(), dx.data(), per_sample);
-  if (options.deterministic) {
-    return detail::conv::deterministic_bytes(batch.gemm_m(), batch.gemm_n(), batch.gemm_k(),
-                                             batch.count(), sizeof(Compute));
-  }
-  if constexpr (is_cuda_exec_v<Exec>) {
-#if GPUBATCH_CUDA_COMPILER
-    if (geo.n == 0 || geo.k == 0 || geo.c == 0) return 0;
-    return detail::cuda_conv::backward_workspace_bytes<Policy, Compute>(batch);
-#else
-    return 0;
-#endif
-  } else {
-    return 0;
-  }
+  return detail::conv::backward_workspace_size<Policy, Compute>(exec, batch, options);
 }
 
 /// @brief Workspace bytes for conv2d_backward_filter (or the per-sample form, when dw holds
@@ -435,20 +447,7 @@ template <class Policy = void, class Exec, class TX, class TDY, class TDW>
       detail::conv::check_conv2d(exec, params, x, dw, dy, per_sample, {"x", "dw", "dy"});
   const detail::conv::wgrad_batch<std::remove_const_t<TX>, std::remove_const_t<TDY>, TDW> batch(
       geo, x.data(), dy.data(), dw.data(), per_sample);
-  if (options.deterministic) {
-    return detail::conv::deterministic_bytes(batch.gemm_m(), batch.gemm_n(), batch.gemm_k(),
-                                             batch.count(), sizeof(Compute));
-  }
-  if constexpr (is_cuda_exec_v<Exec>) {
-#if GPUBATCH_CUDA_COMPILER
-    if (geo.n == 0 || geo.k == 0 || geo.c == 0) return 0;
-    return detail::cuda_conv::backward_workspace_bytes<Policy, Compute>(batch);
-#else
-    return 0;
-#endif
-  } else {
-    return 0;
-  }
+  return detail::conv::backward_workspace_size<Policy, Compute>(exec, batch, options);
 }
 
 GPUBATCH_NAMESPACE_END

@@ -4,6 +4,7 @@
 #include <gpubatch/conv_backward.hpp>
 
 #include "../support/catch.hpp"
+#include "../support/require_invalid.hpp"
 
 #include <string>
 #include <vector>
@@ -14,17 +15,7 @@ using gpubatch::tensor4d_view;
 using gpubatch::tensor_layout;
 
 namespace {
-template <class F>
-void require_invalid(const std::string& parameter, F&& call) {
-  try {
-    call();
-    FAIL("no exception; expected invalid_argument for '" << parameter << "'");
-  } catch (const gpubatch::invalid_argument& e) {
-    INFO(e.what());
-    CHECK(e.parameter() == parameter);
-    CHECK_THAT(e.what(), gpubatch::test::Contains(parameter));
-  }
-}
+using gpubatch::test::require_invalid;
 
 constexpr auto nchw = tensor_layout::nchw;
 const auto exec = gpubatch::on_host;

@@ -3,6 +3,7 @@
 #include <gpubatch/conv.hpp>
 
 #include "../support/catch.hpp"
+#include "../support/require_invalid.hpp"
 
 #include <cmath>
 #include <ostream>
@@ -21,17 +22,7 @@ using gpubatch::tensor4d_view;
 using gpubatch::tensor_layout;
 
 namespace {
-template <class F>
-void require_invalid(const std::string& parameter, F&& call) {
-  try {
-    call();
-    FAIL("no exception; expected invalid_argument for '" << parameter << "'");
-  } catch (const gpubatch::invalid_argument& e) {
-    INFO(e.what());
-    CHECK(e.parameter() == parameter);
-    CHECK_THAT(e.what(), gpubatch::test::Contains(parameter));
-  }
-}
+using gpubatch::test::require_invalid;
 
 /// Host tensors for a layer: x N x C x H x W, w K x C/g x R x S, y of the given shape.
 struct tensors {

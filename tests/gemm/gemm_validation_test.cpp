@@ -3,6 +3,7 @@
 #include <gpubatch/gemm.hpp>
 
 #include "../support/catch.hpp"
+#include "../support/require_invalid.hpp"
 
 #include <cmath>
 #include <string>
@@ -14,17 +15,7 @@ using gpubatch::matrix_batch_view;
 using gpubatch::op;
 
 namespace {
-template <class F>
-void require_invalid(const std::string& parameter, F&& call) {
-  try {
-    call();
-    FAIL("no exception; expected invalid_argument for '" << parameter << "'");
-  } catch (const gpubatch::invalid_argument& e) {
-    CHECK(e.parameter() == parameter);
-    INFO(e.what());
-    CHECK_THAT(e.what(), gpubatch::test::Contains(parameter));
-  }
-}
+using gpubatch::test::require_invalid;
 
 struct operands {
   std::vector<float> a = std::vector<float>(64, 1.0F);

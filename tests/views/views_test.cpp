@@ -2,6 +2,7 @@
 #include <gpubatch/views.hpp>
 
 #include "../support/catch.hpp"
+#include "../support/require_invalid.hpp"
 
 #include <string>
 #include <type_traits>
@@ -15,19 +16,7 @@ using gpubatch::matrix_batch_view;
 using gpubatch::tensor_layout;
 using gpubatch::tensor4d_view;
 
-namespace {
-/// Runs `make` and checks it throws invalid_argument naming `parameter`.
-template <class F>
-void require_invalid(const std::string& parameter, F&& make) {
-  try {
-    make();
-    FAIL("no exception; expected invalid_argument for '" << parameter << "'");
-  } catch (const gpubatch::invalid_argument& e) {
-    CHECK(e.parameter() == parameter);
-    CHECK_THAT(e.what(), gpubatch::test::Contains(parameter));
-  }
-}
-}  // namespace
+using gpubatch::test::require_invalid;
 
 TEST_CASE("views are trivially copyable, as kernel arguments must be", "[views]") {
   STATIC_REQUIRE(std::is_trivially_copyable_v<matrix_batch_view<float>>);

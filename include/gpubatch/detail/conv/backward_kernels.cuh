@@ -100,12 +100,9 @@ GPUBATCH_KERNEL void __launch_bounds__(Threads)
     const TW* const w = batch.w + (batch.per_sample ? sample * geo.filter_set_size() : 0);
     Compute acc = Compute(0);
     for (index_t ir = 0; ir < geo.r; ++ir) {
-      const index_t th = ih + geo.pad_h - ir * geo.dilation_h;
-      if (th < 0 || th % geo.stride_h != 0 || th / geo.stride_h >= geo.p) continue;
       for (index_t is = 0; is < geo.s; ++is) {
-        const index_t tw = iw + geo.pad_w - is * geo.dilation_w;
-        if (tw < 0 || tw % geo.stride_w != 0 || tw / geo.stride_w >= geo.q) continue;
-        const index_t out = (th / geo.stride_h) * geo.q + tw / geo.stride_w;
+        const index_t out = geo.output_pixel_through(ih + geo.pad_h, iw + geo.pad_w, ir, is);
+        if (out < 0) continue;
         for (index_t k = c * m; k < (c + 1) * m; ++k) {
           acc += convert<Compute>(batch.dy[geo.y_offset(sample, k, out)]) *
                  convert<Compute>(w[k * window + ir * geo.s + is]);

@@ -141,16 +141,10 @@ struct dgrad_gemm {
     }
     index_t kl, ir, is;
     decode(kk, kl, ir, is);
-    const index_t th = cur.ph - ir * geo.dilation_h;
-    const index_t tw = cur.pw - is * geo.dilation_w;
-    if (th < 0 || tw < 0) {
+    const index_t pixel = geo.output_pixel_through(cur.ph, cur.pw, ir, is);
+    if (pixel < 0) {
       return nullptr;
     }
-    const index_t op = th / geo.stride_h, oq = tw / geo.stride_w;
-    if (op * geo.stride_h != th || oq * geo.stride_w != tw || op >= geo.p || oq >= geo.q) {
-      return nullptr;
-    }
-    const index_t pixel = op * geo.q + oq;
     return cur.base + (geo.nhwc() ? pixel * geo.k + kl : kl * geo.pixels() + pixel);
   }
 

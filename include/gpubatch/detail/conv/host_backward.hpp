@@ -73,12 +73,7 @@ void pack_mapped_a(const conv::dgrad_gemm<TDY, TW, TDX>& g, index_t i0, index_t 
   using cursor = typename conv::dgrad_gemm<TDY, TW, TDX>::row_cursor;
   // The dy pixel a row reads through tap (ir, is), or -1 where none does.
   const auto pixel_of = [&](const cursor& cur, index_t ir, index_t is) -> index_t {
-    if (cur.base == nullptr) return -1;
-    const index_t th = cur.ph - ir * geo.dilation_h, tw = cur.pw - is * geo.dilation_w;
-    if (th < 0 || tw < 0) return -1;
-    const index_t op = th / geo.stride_h, oq = tw / geo.stride_w;
-    if (op * geo.stride_h != th || oq * geo.stride_w != tw || op >= geo.p || oq >= geo.q) return -1;
-    return op * geo.q + oq;
+    return cur.base == nullptr ? -1 : geo.output_pixel_through(cur.ph, cur.pw, ir, is);
   };
   for (index_t s0 = 0; s0 < rows; s0 += mr, out += kc * mr) {
     cursor cur[mr];
@@ -379,13 +374,10 @@ void depthwise_dgrad(host_exec exec, const conv::dgrad_batch<TDY, TW, TDX>& batc
       for (index_t iw = 0; iw < geo.w; ++iw) {
         std::fill(acc, acc + geo.c, Compute(0));
         for (index_t ir = 0; ir < geo.r; ++ir) {
-          const index_t th = ih + geo.pad_h - ir * geo.dilation_h;
-          if (th < 0 || th % geo.stride_h != 0 || th / geo.stride_h >= geo.p) continue;
           for (index_t is = 0; is < geo.s; ++is) {
-            const index_t tw = iw + geo.pad_w - is * geo.dilation_w;
-            if (tw < 0 || tw % geo.stride_w != 0 || tw / geo.stride_w >= geo.q) continue;
-            const TDY* const d =
-                batch.dy + geo.y_offset(sample, 0, (th / geo.stride_h) * geo.q + tw / geo.stride_w);
+            const index_t out = geo.output_pixel_through(ih + geo.pad_h, iw + geo.pad_w, ir, is);
+            if (out < 0) continue;
+            const TDY* const d = batch.dy + geo.y_offset(sample, 0, out);
             const Compute* const tap = w + (ir * geo.s + is) * geo.k;
             if (m == 1) {
               for (index_t c = 0; c < geo.c; ++c) acc[c] += convert<Compute>(d[c]) * tap[c];

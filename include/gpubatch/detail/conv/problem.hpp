@@ -58,6 +58,21 @@ struct conv2d_geometry {
   }
   /// Distance between the outputs of consecutive channels of one pixel.
   GPUBATCH_HOST_DEVICE index_t y_channel_stride() const { return nhwc() ? 1 : pixels(); }
+  /// The output pixel p * Q + q that the input at padded position (ph, pw) = (h + pad_h,
+  /// w + pad_w) feeds through filter tap (r, s), or -1 where it feeds none (the tap lands
+  /// between strides, or beyond the output): the index math of every backward-data path.
+  GPUBATCH_HOST_DEVICE index_t output_pixel_through(index_t ph, index_t pw, index_t ir,
+                                                    index_t is) const {
+    const index_t th = ph - ir * dilation_h, tw = pw - is * dilation_w;
+    if (th < 0 || tw < 0) {
+      return -1;
+    }
+    const index_t op = th / stride_h, oq = tw / stride_w;
+    if (op * stride_h != th || oq * stride_w != tw || op >= p || oq >= q) {
+      return -1;
+    }
+    return op * q + oq;
+  }
   /// Splits an index kk of one filter's elements, in the filter layout's order, into its
   /// channel (within the group) and tap: kk = (r * S + s) * C/g + c for KRSC, (c * R + r) * S +
   /// s for KCRS. Divides by invariants when fast_gather holds.
