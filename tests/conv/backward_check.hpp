@@ -295,6 +295,7 @@ inline std::vector<conv_case> backward_layers() {
       {"depthwise 5x5, stride 2, asymmetric padding", 1, 4, 9, 8, 4, 5, 5,
        conv2d_params{}.with_padding(2, 1, 1, 2).with_stride(2, 2).with_groups(4)},
       {"depthwise 7x7", 2, 3, 9, 9, 3, 7, 7, pad(3, 3).with_groups(3)},
+      {"1x1 bottleneck, 16 -> 24, groups 2", 2, 16, 5, 7, 24, 1, 1, conv2d_params{}.with_groups(2)},
   };
 }
 

@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <type_traits>
 #include <vector>
 
 GPUBATCH_NAMESPACE_BEGIN
@@ -236,6 +237,70 @@ void pack_mapped_b(const conv::wgrad_gemm<TX, TDY, TDW>& g, index_t j0, index_t 
   }
 }
 
+/// An operand the micro-kernel can read where it lies: A's element (row r, step p) at
+/// data[r * row + p * step], B's (step p, column c) at data[p * step + c]. Null: pack it.
+template <class T>
+struct in_place {
+  const T* data = nullptr;
+  index_t row = 0, step = 0;
+};
+
+/// Whether a layer's gathers are plain matrices: NHWC, 1 x 1 filters, stride 1, no padding
+/// (every pixel of x is the same pixel of y), as in ResNet's bottleneck convolutions.
+inline bool plain_matrices(const conv::conv2d_geometry& g) {
+  return g.nhwc() && g.r == 1 && g.s == 1 && g.stride_h == 1 && g.stride_w == 1 &&
+         g.pad_h == 0 && g.pad_w == 0 && g.p == g.h && g.q == g.w;
+}
+
+template <class Compute, class Mapping>
+in_place<Compute> a_in_place(const Mapping&) {
+  return {};
+}
+template <class Compute, class Mapping>
+in_place<Compute> b_in_place(const Mapping&) {
+  return {};
+}
+
+/// dgrad of a plain layer: A is dy (rows: pixels, K apart), B the filters (steps: output
+/// channels, C/g apart).
+template <class Compute, class TDY, class TW, class TDX>
+in_place<Compute> a_in_place(const conv::dgrad_gemm<TDY, TW, TDX>& g) {
+  if constexpr (std::is_same_v<TDY, Compute>) {
+    if (plain_matrices(g.geo)) {
+      return {g.dy + g.first_sample * g.geo.pixels() * g.geo.k + g.group * g.geo.kg(), g.geo.k, 1};
+    }
+  }
+  return {};
+}
+template <class Compute, class TDY, class TW, class TDX>
+in_place<Compute> b_in_place(const conv::dgrad_gemm<TDY, TW, TDX>& g) {
+  if constexpr (std::is_same_v<TW, Compute>) {
+    if (plain_matrices(g.geo)) return {g.w, 0, g.geo.gemm_k()};
+  }
+  return {};
+}
+
+/// wgrad of a plain layer: A is dy transposed (rows: output channels, steps: pixels K apart),
+/// B is x (steps: pixels, C apart).
+template <class Compute, class TX, class TDY, class TDW>
+in_place<Compute> a_in_place(const conv::wgrad_gemm<TX, TDY, TDW>& g) {
+  if constexpr (std::is_same_v<TDY, Compute>) {
+    if (plain_matrices(g.geo)) {
+      return {g.dy + g.first_sample * g.geo.pixels() * g.geo.k + g.group * g.geo.kg(), 1, g.geo.k};
+    }
+  }
+  return {};
+}
+template <class Compute, class TX, class TDY, class TDW>
+in_place<Compute> b_in_place(const conv::wgrad_gemm<TX, TDY, TDW>& g) {
+  if constexpr (std::is_same_v<TX, Compute>) {
+    if (plain_matrices(g.geo)) {
+      return {g.x + g.first_sample * g.geo.h * g.geo.w * g.geo.c + g.group * g.geo.cg(), 0, g.geo.c};
+    }
+  }
+  return {};
+}
+
 /// Output block [i0, i0 + rows) x [j0, j0 + cols) of one mapped implicit GEMM over reduction
 /// steps [k_begin, k_end), in passes of blocking::kc in order; store(r, c, sum) takes each sum.
 template <class Compute, class Mapping, class Store>
@@ -255,15 +320,30 @@ void mapped_block(const Mapping& g, index_t i0, index_t rows, index_t j0, index_
   if (length <= 0) {
     std::fill(sums, sums + a_strips * mr * ldc, Compute(0));
   }
+  // Whole strips of an operand that lies as a plain matrix are read in place; the rest packed.
+  const in_place<Compute> a_direct = a_in_place<Compute>(g);
+  const in_place<Compute> b_direct = b_in_place<Compute>(g);
+  const index_t full_a = a_direct.data != nullptr ? rows / mr : 0;
+  const index_t full_b = b_direct.data != nullptr ? cols / nr : 0;
   for (index_t k0 = k_begin; k0 < k_end; k0 += kc) {
     const index_t kcur = std::min(kc, k_end - k0);
-    pack_mapped_a(g, i0, rows, k0, kcur, a);
-    pack_mapped_b(g, j0, cols, k0, kcur, b);
+    if (full_a < a_strips) pack_mapped_a(g, i0 + full_a * mr, rows - full_a * mr, k0, kcur, a);
+    if (full_b < b_strips) pack_mapped_b(g, j0 + full_b * nr, cols - full_b * nr, k0, kcur, b);
     for (index_t sj = 0; sj < b_strips; ++sj) {
+      const bool b_read_in_place = sj < full_b;
+      const Compute* const b_strip =
+          b_read_in_place ? b_direct.data + k0 * b_direct.step + j0 + sj * nr
+                          : b + (sj - full_b) * nr * kcur;
+      const index_t b_step = b_read_in_place ? b_direct.step : nr;
       for (index_t si = 0; si < a_strips; ++si) {
-        host_gemm::micro_kernel(
-            kcur, host_gemm::strips<Compute>{a + si * mr * kcur, 1, mr, b + sj * nr * kcur, nr},
-            sums + si * mr * ldc + sj * nr, ldc, /*accumulate=*/k0 > k_begin);
+        const host_gemm::strips<Compute> operands =
+            si < full_a ? host_gemm::strips<Compute>{a_direct.data + (i0 + si * mr) * a_direct.row +
+                                                         k0 * a_direct.step,
+                                                     a_direct.row, a_direct.step, b_strip, b_step}
+                        : host_gemm::strips<Compute>{a + (si - full_a) * mr * kcur, 1, mr,
+                                                     b_strip, b_step};
+        host_gemm::micro_kernel(kcur, operands, sums + si * mr * ldc + sj * nr, ldc,
+                                /*accumulate=*/k0 > k_begin);
       }
     }
   }
