@@ -17,6 +17,7 @@
 #include <gpubatch/gemm_problem.hpp>
 #include <gpubatch/launch.hpp>
 #include <gpubatch/memory_space.hpp>
+#include <gpubatch/multi_device.hpp>
 #include <gpubatch/numeric.hpp>
 #include <gpubatch/pinned_pool.hpp>
 #include <gpubatch/pipeline.hpp>

@@ -1,0 +1,69 @@
+// Device groups on the CUDA backend: every visible device (two emulated H100s in the emulated
+// run), with operands in host memory and the epilogues' data in pinned memory.
+#include "../support/cuda_backend.hpp"
+
+#include <gpubatch/multi_device.hpp>
+
+namespace {
+gpubatch::device_group<gpubatch::cuda_exec> make_group() { return gpubatch::cuda_devices(); }
+using gpubatch::test::test_backend;
+gpubatch::cuda_exec pinned_exec() { return test_backend::exec(); }
+}  // namespace
+
+#include "multi_device.inc"
+
+TEST_CASE("CUDA group: devices are checked when the group is built", "[multi_device]") {
+  int count = 0;
+  GPUBATCH_CUDA_TRY(cudaGetDeviceCount(&count));
+  gpubatch::test::require_invalid("devices", [] { (void)gpubatch::cuda_devices(std::vector<int>{}); });
+  gpubatch::test::require_invalid("devices", [] { (void)gpubatch::cuda_devices({0, 0}); });
+  gpubatch::test::require_invalid("devices", [&] { (void)gpubatch::cuda_devices({count}); });
+  gpubatch::test::require_invalid("devices", [] { (void)gpubatch::cuda_devices({-1}); });
+  const auto group = gpubatch::cuda_devices();
+  REQUIRE(group.size() == static_cast<std::size_t>(count));
+  int multiprocessors = 0;
+  GPUBATCH_CUDA_TRY(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, 0));
+  CHECK(group[0].device == 0);
+  CHECK(group[0].weight == static_cast<double>(multiprocessors));
+}
+
+TEST_CASE("CUDA group: device memory operands are refused", "[multi_device]") {
+  const auto group = make_group();
+  gpubatch::device_buffer<float> on_device(16, test_backend::exec());
+  std::vector<float> host(16, 1.0F);
+  gpubatch::test::require_invalid("a", [&] {
+    (void)gpubatch::gemm(group, op::none, op::none, 1.0F,
+                         gpubatch::matrix_batch_view<const float>::packed(on_device.data(), 2, 2, 4),
+                         gpubatch::matrix_batch_view<const float>::packed(host.data(), 2, 2, 4),
+                         0.0F, gpubatch::matrix_batch_view<float>::packed(host.data(), 2, 2, 4));
+  });
+  test_backend::synchronize();
+}
+
+TEST_CASE("CUDA group: a share holds no more than fits in its device's memory", "[multi_device]") {
+  const auto group = make_group();
+  const index_t count = 40;
+  const auto a = random_inputs<float>(8 * 8 * count, 1), b = random_inputs<float>(8 * 8 * count, 2);
+  std::vector<float> c(8 * 8 * count, poison_value<float>());
+  std::size_t free_bytes = 0, total_bytes = 0;
+  GPUBATCH_CUDA_TRY(cudaMemGetInfo(&free_bytes, &total_bytes));
+  // Leave room for one matrix of each operand (a share spans that much beyond its problems)
+  // and 4 problems: device 0 takes shares of at most 4.
+  const std::size_t per_problem = 3 * 8 * 8 * sizeof(float);
+  gpubatch::split_options options;
+  options.headroom_fraction = 0.0;
+  options.headroom_bytes = free_bytes - (per_problem + 4 * per_problem + 100);
+  const auto report = gpubatch::gemm(
+      group, op::none, op::none, 1.0F, gpubatch::matrix_batch_view<const float>::packed(a.data(), 8, 8, count),
+      gpubatch::matrix_batch_view<const float>::packed(b.data(), 8, 8, count), 0.0F,
+      gpubatch::matrix_batch_view<float>::packed(c.data(), 8, 8, count), gpubatch::epilogue::identity{},
+      {}, options);
+  // Device 0's share cap is 4 problems (others have their own free memory, at least as much).
+  CHECK(report.members[0].shares >= (report.members[0].items + 3) / 4);
+  std::size_t done = 0;
+  for (const auto& m : report.members) done += m.items;
+  CHECK(done == static_cast<std::size_t>(count));
+  std::size_t unwritten = 0;
+  for (const float v : c) unwritten += std::isnan(v) ? 1 : 0;
+  CHECK(unwritten == 0);
+}
