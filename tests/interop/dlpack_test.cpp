@@ -272,7 +272,8 @@ TEST_CASE("tensor4d views take packed NCHW and NHWC storage in either dimension 
 TEST_CASE("spans view C-contiguous tensors of any rank", "[dlpack]") {
   std::vector<std::int32_t> storage = gpubatch::test::random_values<std::int32_t>(24, 8, -50, 50);
   tensor_desc cube{{2, 3, 4}, {}};
-  auto all = from_dlpack<gpubatch::span<std::int32_t>>(cube.tensor(storage.data(), {kDLInt, 32, 1}));
+  auto all =
+      from_dlpack<gpubatch::span<std::int32_t>>(cube.tensor(storage.data(), {kDLInt, 32, 1}));
   CHECK(all.data() == storage.data());
   CHECK(all.size() == 24);
   all[23] = 12345;  // a view, not a copy
@@ -303,7 +304,8 @@ TEST_CASE("what a view cannot express is an invalid_argument naming the tensor's
     require_invalid("tensor.device", "kDLROCM (10)",
                     importing(desc.tensor(storage.data(), f32, DLDevice{kDLROCM, 0})));
     require_invalid("tensor.device", "device type (6)",
-                    importing(desc.tensor(storage.data(), f32, DLDevice{static_cast<DLDeviceType>(6), 0})));
+                    importing(desc.tensor(storage.data(), f32,
+                                          DLDevice{static_cast<DLDeviceType>(6), 0})));
     // No machine has device 9999: with no device at all, or another current one, it is refused.
     require_invalid("tensor.device", "kDLCUDA device 9999",
                     importing(desc.tensor(storage.data(), f32, DLDevice{kDLCUDA, 9999})));
@@ -338,7 +340,9 @@ TEST_CASE("what a view cannot express is an invalid_argument naming the tensor's
     tensor_desc one{{6}, {}};
     require_invalid("tensor.ndim", "1 dimensions", importing(one.tensor(storage.data(), f32)));
     require_invalid("tensor.ndim", "2 dimensions, but a tensor4d_view views 4",
-                    [&] { (void)from_dlpack<tensor4d_view<float>>(desc.tensor(storage.data(), f32)); });
+                    [&] {
+                      (void)from_dlpack<tensor4d_view<float>>(desc.tensor(storage.data(), f32));
+                    });
   }
   SECTION("shape") {
     DLTensor no_shape = desc.tensor(storage.data(), f32);
@@ -364,10 +368,13 @@ TEST_CASE("what a view cannot express is an invalid_argument naming the tensor's
     require_invalid("tensor.strides", "column stride at least 4",
                     importing(short_columns.tensor(storage.data(), f32)));
     tensor_desc broadcast_rows{{4, 3}, {0, 1}};
-    require_invalid("tensor.strides", "(0, 1)", importing(broadcast_rows.tensor(storage.data(), f32)));
+    require_invalid("tensor.strides", "(0, 1)",
+                    importing(broadcast_rows.tensor(storage.data(), f32)));
     tensor_desc overlapping{{2, 3, 4}, {5, 4, 1}};
-    require_invalid("tensor.strides", "batch stride 5", importing(overlapping.tensor(storage.data(), f32)));
-    CHECK_NOTHROW(from_dlpack<matrix_batch_view<const float>>(overlapping.tensor(storage.data(), f32)));
+    require_invalid("tensor.strides", "batch stride 5",
+                    importing(overlapping.tensor(storage.data(), f32)));
+    CHECK_NOTHROW(
+        from_dlpack<matrix_batch_view<const float>>(overlapping.tensor(storage.data(), f32)));
     tensor_desc strided4d{{1, 2, 3, 4}, {24, 12, 4, 2}};
     require_invalid("tensor.strides", "neither packed NCHW nor packed NHWC", [&] {
       (void)from_dlpack<tensor4d_view<float>>(strided4d.tensor(storage.data(), f32));
@@ -397,7 +404,8 @@ TEST_CASE("to_dlpack checks shape and strides, and leaves the container with the
                   [&] { (void)to_dlpack(std::move(buffer), {3, -4}); });
   require_invalid("strides", "1 strides for 2 dimensions",
                   [&] { (void)to_dlpack(std::move(buffer), {3, 4}, {1}); });
-  require_invalid("strides", "stride -1", [&] { (void)to_dlpack(std::move(buffer), {3, 4}, {-1, 3}); });
+  require_invalid("strides", "stride -1",
+                  [&] { (void)to_dlpack(std::move(buffer), {3, 4}, {-1, 3}); });
   require_invalid("container", "holds 12 elements, but a tensor of shape (3, 5)",
                   [&] { (void)to_dlpack(std::move(buffer), {3, 5}); });
   require_invalid("container", "reaches 15",
@@ -473,8 +481,9 @@ TEMPLATE_TEST_CASE("gemm on imported views matches a float64 reference", "[dlpac
   auto b = gpubatch::test::random_values<T>(count * n * k, 22);
   tensor_desc a_desc{{count, m, k}, {}};
   tensor_desc b_desc{{count, k, n}, {n * k, 1, k}};
-  const auto av = from_dlpack<matrix_batch_view<const T>>(a_desc.tensor(a.data(), expected_dtype<T>()));
-  const auto bv = from_dlpack<matrix_batch_view<const T>>(b_desc.tensor(b.data(), expected_dtype<T>()));
+  using view = matrix_batch_view<const T>;
+  const auto av = from_dlpack<view>(a_desc.tensor(a.data(), expected_dtype<T>()));
+  const auto bv = from_dlpack<view>(b_desc.tensor(b.data(), expected_dtype<T>()));
   REQUIRE(bv.order() == layout::col_major);
 
   gpubatch::device_buffer<T> c_buffer(count * m * n, gpubatch::on_host);

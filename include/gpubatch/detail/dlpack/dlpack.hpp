@@ -97,7 +97,8 @@ inline std::string tuple_string(const std::int64_t* values, int count) {
 }
 
 /// a * b + c for non-negative operands, or false if it exceeds int64.
-inline bool multiply_add(std::int64_t a, std::int64_t b, std::int64_t c, std::int64_t& out) noexcept {
+inline bool multiply_add(std::int64_t a, std::int64_t b, std::int64_t c,
+                         std::int64_t& out) noexcept {
   std::int64_t product = 0;
   return !__builtin_mul_overflow(a, b, &product) && !__builtin_add_overflow(product, c, &out);
 }
