@@ -15,6 +15,7 @@
 #pragma once
 
 #include <gpubatch/containers.hpp>
+#include <gpubatch/detail/dlpack/dlpack.hpp>
 #include <gpubatch/error.hpp>
 #include <gpubatch/memory_space.hpp>
 #include <gpubatch/numeric.hpp>
@@ -25,8 +26,6 @@
 
 #include <cstdint>
 #include <vector>
-
-#include <gpubatch/detail/dlpack/dlpack.hpp>
 
 GPUBATCH_NAMESPACE_BEGIN
 
@@ -54,7 +53,8 @@ template <class T>
 /// - `tensor4d_view<T>`: a 4-D tensor of shape (N, C, H, W) stored packed NCHW or NHWC; the
 ///   overload below reads the dimensions in NHWC order too.
 ///
-/// Strides of a dimension of extent 1 do not matter (producers write anything there). A
+/// Strides of a dimension of extent 1 do not matter (producers write anything there), nor do
+/// those of an empty tensor. A
 /// tensor on kDLCUDA must be on the current CUDA device (cudaGetDevice), the one gpubatch's
 /// CUDA backend runs on.
 /// @tparam View the view to build; its element type (`const T` for read-only use) must match
