@@ -129,6 +129,12 @@ function(gpubatch_add_markdown_snippets markdown prefix)
     list(APPEND slugs ${slug})
     set(${target_prefix}_${slug}_LINE ${body_line} PARENT_SCOPE)
 
+    # A block using DLPack needs its header (tests/CMakeLists.txt looks for it).
+    if(body MATCHES "#include <gpubatch/dlpack.hpp>" AND NOT TARGET dlpack::dlpack)
+      message(STATUS "gpubatch: ${markdown_name}:${body_line}: DLPack header not found; block not built")
+      continue()
+    endif()
+
     # Its source files: the same text as .cpp and as .cu.
     foreach(compiler IN LISTS compilers)
       set(extension cpp)
@@ -160,7 +166,8 @@ function(gpubatch_add_markdown_snippets markdown prefix)
       else()
         add_library(${target} OBJECT EXCLUDE_FROM_ALL "${file}")
       endif()
-      target_link_libraries(${target} PRIVATE gpubatch::gpubatch gpubatch_dev_options)
+      target_link_libraries(${target} PRIVATE gpubatch::gpubatch gpubatch_dev_options
+                                              $<TARGET_NAME_IF_EXISTS:dlpack::dlpack>)
       add_test(NAME ${test} COMMAND ${CMAKE_COMMAND} --build "${CMAKE_BINARY_DIR}" --target ${target})
       set_tests_properties(${test} PROPERTIES LABELS "${label};readme"
                            RESOURCE_LOCK gpubatch_build_tree)

@@ -23,4 +23,19 @@ void require_invalid(const std::string& parameter, F&& call) {
   }
 }
 
+/// As above, and the message also says `what` (the value or the rule at fault).
+template <class F>
+void require_invalid(const std::string& parameter, const std::string& what, F&& call) {
+  try {
+    call();
+    FAIL("no exception; expected invalid_argument for '" << parameter << "' saying '" << what
+                                                         << "'");
+  } catch (const gpubatch::invalid_argument& e) {
+    INFO(e.what());
+    CHECK(e.parameter() == parameter);
+    CHECK_THAT(e.what(), Contains(parameter));
+    CHECK_THAT(e.what(), Contains(what));
+  }
+}
+
 }  // namespace gpubatch::test
