@@ -51,9 +51,9 @@ inline constexpr bool is_async_memory_resource_v =
 /// pipeline used from several) must be thread-safe.
 ///
 /// How gpubatch calls it:
-/// - Every request asks for memory_resource_ref::alignment (256) bytes of alignment;
-///   memory returned less aligned, or nullptr for a non-zero request, is refused (out_of_memory
-///   for nullptr, invalid_argument naming "resource" for the alignment) and handed back.
+/// - Every request asks for memory_resource_ref::alignment (256) bytes of alignment, and none
+///   is for 0 bytes. nullptr in return becomes out_of_memory; memory aligned to less than
+///   asked is handed back and refused with invalid_argument naming "resource".
 /// - Device memory of the CUDA backend (device_buffer with cuda_exec, a pipeline's device ring)
 ///   is allocated and freed stream-ordered on the buffer's stream when the resource has the
 ///   stream-ordered pair. A synchronous-only resource is called directly, and the buffer's
