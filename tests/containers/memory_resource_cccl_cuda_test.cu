@@ -124,4 +124,12 @@ TEST_CASE("a resource that declares the wrong memory space is refused", "[memory
   gpubatch::pinned_buffer<float> accepted(8, test_backend::exec(), host_only);
   CHECK(r.owns(accepted.data(), accepted.size_bytes()));
   CHECK(r.allocations() == 1);
+  // A synchronous cuda::mr::resource_ref carries its properties too.
+  cuda::mr::resource_ref<cuda::mr::host_accessible> host_ref{host_only};
+  CHECK_FALSE(gpubatch::memory_resource_ref(host_ref).stream_ordered());
+  gpubatch::pinned_buffer<float> through_ref(8, test_backend::exec(), host_ref);
+  CHECK(r.owns(through_ref.data(), through_ref.size_bytes()));
+  CHECK(r.allocations() == 2);
+  CHECK_THROWS_AS(gpubatch::device_buffer<float>(8, test_backend::exec(), host_ref),
+                  gpubatch::invalid_argument);
 }
