@@ -1,12 +1,14 @@
 /// @file containers.hpp
 /// @brief Owning, move-only typed buffers: device_buffer (device memory, stream-ordered) and
 /// pinned_buffer (page-locked host memory). With host_exec both hold ordinary host memory, so
-/// one code path serves both backends.
+/// one code path serves both backends. Both take an optional memory resource
+/// (memory_resource.hpp) that then serves their memory instead.
 #pragma once
 
 #include <gpubatch/detail/containers/allocate.hpp>
 #include <gpubatch/error.hpp>
 #include <gpubatch/execution.hpp>
+#include <gpubatch/memory_resource.hpp>
 #include <gpubatch/memory_space.hpp>
 
 #include <cuda_runtime_api.h>
@@ -27,6 +29,10 @@ namespace gpubatch {
 /// 64-byte-aligned host memory. There is deliberately no constructor without an execution
 /// argument: the stream of every allocation and free is explicit.
 ///
+/// Given a memory resource, the buffer takes its memory from it instead — stream-ordered on
+/// the buffer's stream where the resource is — and hands it back there, on resize too; the
+/// resource must outlive the buffer (see memory_resource_ref).
+///
 /// @tparam T a trivially copyable element type (the buffer is copied as bytes, never constructed)
 template <class T>
 class device_buffer {
@@ -40,18 +46,37 @@ class device_buffer {
 
   /// @brief Allocates `size` uninitialised elements of host memory.
   /// @throws out_of_memory if the allocation fails
-  device_buffer(size_type size, host_exec) : size_(size), space_(memory_space::host) {
-    data_ = static_cast<T*>(detail::allocate_host_in_role(
-        detail::checked_bytes(size, sizeof(T), "host"), memory_space::device));
-  }
+  device_buffer(size_type size, host_exec exec)
+      : device_buffer(size, exec, memory_resource_ref{}) {}
 
   /// @brief Allocates `size` uninitialised elements of device memory, ordered on exec's stream.
   /// @throws out_of_memory if the device has not enough free memory
   /// @throws cuda_error for any other CUDA failure (for example, no device)
   device_buffer(size_type size, cuda_exec exec)
-      : size_(size), space_(memory_space::device), stream_(exec.stream()) {
-    data_ = static_cast<T*>(
-        detail::allocate_device(detail::checked_bytes(size, sizeof(T), "device"), stream_));
+      : device_buffer(size, exec, memory_resource_ref{}) {}
+
+  /// @brief Takes `size` uninitialised elements of host memory from `resource` (the empty
+  /// reference: as without one).
+  /// @throws out_of_memory if the resource returns nullptr; whatever the resource throws
+  /// @throws invalid_argument naming "resource" if it declares memory that is not host
+  ///         accessible, or returns memory less aligned than memory_resource_ref::alignment
+  device_buffer(size_type size, host_exec, memory_resource_ref resource)
+      : size_(size), space_(memory_space::host), resource_(resource) {
+    detail::resource_calls::require(resource, detail::declares_host_accessible, "resource");
+    data_ = static_cast<T*>(detail::allocate_host_in_role(
+        detail::checked_bytes(size, sizeof(T), "host"), memory_space::device, resource_));
+  }
+
+  /// @brief Takes `size` uninitialised elements of device memory from `resource`, ordered on
+  /// exec's stream (the empty reference: as without one).
+  /// @throws out_of_memory if the resource returns nullptr; whatever the resource throws
+  /// @throws invalid_argument naming "resource" if it declares memory that is not device
+  ///         accessible, or returns memory less aligned than memory_resource_ref::alignment
+  device_buffer(size_type size, cuda_exec exec, memory_resource_ref resource)
+      : size_(size), space_(memory_space::device), stream_(exec.stream()), resource_(resource) {
+    detail::resource_calls::require(resource, detail::declares_device_accessible, "resource");
+    data_ = static_cast<T*>(detail::allocate_device(
+        detail::checked_bytes(size, sizeof(T), "device"), stream_, resource_));
   }
 
   device_buffer(const device_buffer&) = delete;
@@ -61,7 +86,8 @@ class device_buffer {
       : data_(std::exchange(other.data_, nullptr)),
         size_(std::exchange(other.size_, 0)),
         space_(other.space_),
-        stream_(other.stream_) {}
+        stream_(other.stream_),
+        resource_(other.resource_) {}
 
   device_buffer& operator=(device_buffer&& other) noexcept {
     if (this != &other) {
@@ -70,6 +96,7 @@ class device_buffer {
       size_ = std::exchange(other.size_, 0);
       space_ = other.space_;
       stream_ = other.stream_;
+      resource_ = other.resource_;
     }
     return *this;
   }
@@ -79,7 +106,8 @@ class device_buffer {
 
   /// @brief Changes the size to `new_size`, keeping the first min(size(), new_size) elements;
   /// new elements are uninitialised. Reallocates in order on exec's stream, which becomes the
-  /// buffer's stream. On failure the buffer is unchanged.
+  /// buffer's stream. The new memory comes from the buffer's resource, if it has one. On failure
+  /// the buffer is unchanged.
   /// @throws invalid_argument if `exec` selects a different backend than the buffer's
   template <class Exec>
   void resize(size_type new_size, Exec exec) {
@@ -87,7 +115,7 @@ class device_buffer {
     if (new_size == size_) {
       return;
     }
-    device_buffer grown(new_size, exec);
+    device_buffer grown(new_size, exec, resource_);
     const size_type kept_bytes = std::min(size_, new_size) * sizeof(T);
     if constexpr (is_cuda_exec_v<Exec>) {
       // The old memory was last used on stream_: exec's stream, which copies from it and then
@@ -121,6 +149,8 @@ class device_buffer {
   [[nodiscard]] memory_space space() const noexcept { return space_; }
   /// @brief The stream device memory is freed on (nullptr for host memory).
   [[nodiscard]] cudaStream_t stream() const noexcept { return stream_; }
+  /// @brief The resource the memory came from (empty: gpubatch's own allocation).
+  [[nodiscard]] memory_resource_ref resource() const noexcept { return resource_; }
 
  private:
   template <class Exec>
@@ -135,9 +165,9 @@ class device_buffer {
 
   void release() noexcept {
     if (space_ == memory_space::device) {
-      detail::deallocate_device(data_, stream_);
+      detail::deallocate_device(data_, size_bytes(), stream_, resource_);
     } else {
-      detail::deallocate_host_in_role(data_);
+      detail::deallocate_host_in_role(data_, size_bytes(), resource_);
     }
     data_ = nullptr;
     size_ = 0;
@@ -147,6 +177,7 @@ class device_buffer {
   size_type size_ = 0;
   memory_space space_ = memory_space::host;
   cudaStream_t stream_ = nullptr;
+  memory_resource_ref resource_;
 };
 
 /// @brief A typed, uninitialised, move-only buffer of page-locked host memory, the source and
@@ -154,6 +185,11 @@ class device_buffer {
 ///
 /// With cuda_exec it is pinned (cudaMallocHost); with host_exec it is ordinary host memory,
 /// since nothing needs pinning when no device is involved.
+///
+/// Given a memory resource, the buffer takes its memory from it instead (synchronously: pinned
+/// memory is not stream-ordered); the resource must outlive the buffer. cudaFreeHost waits for
+/// the device, a resource need not: let the copies that use the buffer finish before it is
+/// destroyed.
 /// @tparam T a trivially copyable element type
 template <class T>
 class pinned_buffer {
@@ -166,16 +202,34 @@ class pinned_buffer {
 
   /// @brief Allocates `size` elements of ordinary host memory.
   /// @throws out_of_memory if the allocation fails
-  pinned_buffer(size_type size, host_exec) : size_(size), space_(memory_space::host) {
-    data_ = static_cast<T*>(detail::allocate_host_in_role(
-        detail::checked_bytes(size, sizeof(T), "host"), memory_space::pinned));
-  }
+  pinned_buffer(size_type size, host_exec exec)
+      : pinned_buffer(size, exec, memory_resource_ref{}) {}
 
   /// @brief Allocates `size` elements of page-locked host memory.
   /// @throws out_of_memory if the allocation fails; cuda_error for other CUDA failures
-  pinned_buffer(size_type size, cuda_exec) : size_(size), space_(memory_space::pinned) {
-    data_ = static_cast<T*>(
-        detail::allocate_pinned(detail::checked_bytes(size, sizeof(T), "pinned host")));
+  pinned_buffer(size_type size, cuda_exec exec)
+      : pinned_buffer(size, exec, memory_resource_ref{}) {}
+
+  /// @brief Takes `size` elements of host memory from `resource` (the empty reference: as
+  /// without one).
+  /// @throws out_of_memory if the resource returns nullptr; whatever the resource throws
+  /// @throws invalid_argument naming "resource" if it declares memory that is not host
+  ///         accessible, or returns memory less aligned than memory_resource_ref::alignment
+  pinned_buffer(size_type size, host_exec, memory_resource_ref resource)
+      : size_(size), space_(memory_space::host), resource_(resource) {
+    detail::resource_calls::require(resource, detail::declares_host_accessible, "resource");
+    data_ = static_cast<T*>(detail::allocate_host_in_role(
+        detail::checked_bytes(size, sizeof(T), "host"), memory_space::pinned, resource_));
+  }
+
+  /// @brief Takes `size` elements of page-locked host memory from `resource`, which must
+  /// return pinned memory (the empty reference: as without one).
+  /// @throws as the host_exec overload
+  pinned_buffer(size_type size, cuda_exec, memory_resource_ref resource)
+      : size_(size), space_(memory_space::pinned), resource_(resource) {
+    detail::resource_calls::require(resource, detail::declares_host_accessible, "resource");
+    data_ = static_cast<T*>(detail::allocate_pinned(
+        detail::checked_bytes(size, sizeof(T), "pinned host"), resource_));
   }
 
   pinned_buffer(const pinned_buffer&) = delete;
@@ -183,13 +237,15 @@ class pinned_buffer {
   pinned_buffer(pinned_buffer&& other) noexcept
       : data_(std::exchange(other.data_, nullptr)),
         size_(std::exchange(other.size_, 0)),
-        space_(other.space_) {}
+        space_(other.space_),
+        resource_(other.resource_) {}
   pinned_buffer& operator=(pinned_buffer&& other) noexcept {
     if (this != &other) {
       release();
       data_ = std::exchange(other.data_, nullptr);
       size_ = std::exchange(other.size_, 0);
       space_ = other.space_;
+      resource_ = other.resource_;
     }
     return *this;
   }
@@ -207,6 +263,8 @@ class pinned_buffer {
   [[nodiscard]] bool empty() const noexcept { return size_ == 0; }
   /// @brief memory_space::pinned with cuda_exec, memory_space::host with host_exec.
   [[nodiscard]] memory_space space() const noexcept { return space_; }
+  /// @brief The resource the memory came from (empty: gpubatch's own allocation).
+  [[nodiscard]] memory_resource_ref resource() const noexcept { return resource_; }
 
   /// @brief Element access; the memory is host memory, so this is always legal on the host.
   [[nodiscard]] T& operator[](size_type i) noexcept { return data_[i]; }
@@ -220,9 +278,9 @@ class pinned_buffer {
  private:
   void release() noexcept {
     if (space_ == memory_space::pinned) {
-      detail::deallocate_pinned(data_);
+      detail::deallocate_pinned(data_, size_bytes(), resource_);
     } else {
-      detail::deallocate_host_in_role(data_);
+      detail::deallocate_host_in_role(data_, size_bytes(), resource_);
     }
     data_ = nullptr;
     size_ = 0;
@@ -231,6 +289,7 @@ class pinned_buffer {
   T* data_ = nullptr;
   size_type size_ = 0;
   memory_space space_ = memory_space::host;
+  memory_resource_ref resource_;
 };
 
 }  // namespace gpubatch

@@ -16,6 +16,7 @@
 #include <gpubatch/gemm_policy.hpp>
 #include <gpubatch/gemm_problem.hpp>
 #include <gpubatch/launch.hpp>
+#include <gpubatch/memory_resource.hpp>
 #include <gpubatch/memory_space.hpp>
 #include <gpubatch/multi_device.hpp>
 #include <gpubatch/numeric.hpp>

@@ -222,7 +222,9 @@ split_report conv2d(const device_group<Exec>& group, const conv2d_params& params
 /// so every device overlaps its copies with its compute.
 ///
 /// `stage(exec, chunk)` is called as by pipeline::run, on the member's thread; chunk.first_item
-/// is the item's index in the whole batch. `options` applies to every member's pipeline.
+/// is the item's index in the whole batch. `options` applies to every member's pipeline: its
+/// memory resources, if set, serve every member, each allocating on its own device (the one
+/// current on the member's thread).
 /// @throws invalid_argument naming "input" or "output" before any member starts; as the
 ///         pipeline's constructor
 /// @throws multi_device_error when a member fails (a stage's exception is its cause, and

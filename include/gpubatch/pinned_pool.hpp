@@ -13,6 +13,7 @@
 #include <gpubatch/detail/transfer/size_class.hpp>
 #include <gpubatch/error.hpp>
 #include <gpubatch/execution.hpp>
+#include <gpubatch/memory_resource.hpp>
 #include <gpubatch/memory_space.hpp>
 #include <gpubatch/stream.hpp>
 
@@ -255,6 +256,11 @@ struct pinned_pool_options {
   /// pipeline (a few buffers of up to a few hundred MiB) cached. Raise it for larger working
   /// sets, or set std::numeric_limits<std::size_t>::max() to cache without limit.
   std::size_t max_cached_bytes = std::size_t{1} << 30;
+  /// Where the pool's blocks come from: a resource of pinned memory (with host_exec, of host
+  /// memory), called synchronously, which must outlive the pool and every buffer borrowed from
+  /// it; blocks go back to it once their copies have completed. Empty (the default):
+  /// cudaHostAlloc, or aligned host memory with host_exec.
+  memory_resource_ref resource{};
 };
 
 /// @brief A snapshot of a pinned_pool's counters.
@@ -265,9 +271,9 @@ struct pinned_pool_stats {
   std::size_t peak_bytes = 0;       ///< highest bytes_in_use + bytes_cached so far
   std::size_t blocks_in_use = 0;    ///< blocks handed out
   std::size_t blocks_cached = 0;    ///< blocks kept for reuse
-  std::size_t allocations = 0;      ///< blocks allocated from the system (cudaHostAlloc)
+  std::size_t allocations = 0;      ///< blocks allocated (cudaHostAlloc or the resource)
   std::size_t reuses = 0;           ///< requests served from the cache
-  std::size_t frees = 0;            ///< blocks returned to the system
+  std::size_t frees = 0;            ///< blocks returned (to the system or the resource)
 };
 
 template <class Exec>
@@ -401,8 +407,11 @@ class pinned_pool {
 
   /// @brief An empty pool; nothing is allocated until the first request.
   /// @param exec selects the backend (the stream is not used: blocks are not stream-ordered)
+  /// @param options cache limit and the resource blocks come from
+  /// @throws invalid_argument naming "options.resource" if the resource declares memory that
+  ///         is not host accessible (cuda::mr::host_accessible)
   explicit pinned_pool(Exec exec, pinned_pool_options options = {})
-      : state_(std::make_shared<state_type>(options.max_cached_bytes)) {
+      : state_(make_state(options)) {
     (void)exec;
   }
 
@@ -416,7 +425,9 @@ class pinned_pool {
 
   /// @brief Borrows a buffer of `count` uninitialised elements.
   /// @throws out_of_memory if pinned memory is exhausted even after freeing completed cached
-  ///         blocks; cuda_error for other CUDA failures (for example, no device)
+  ///         blocks; cuda_error for other CUDA failures (for example, no device); whatever
+  ///         the pool's resource throws (a std::bad_alloc is retried once, as out_of_memory is,
+  ///         after freeing the completed cached blocks)
   template <class T>
   [[nodiscard]] pooled_buffer<T, Exec> allocate(std::size_t count) {
     if (count == 0) {
@@ -460,6 +471,13 @@ class pinned_pool {
 
  private:
   using state_type = detail::pinned_pool_state<Exec, fence_type>;
+
+  static std::shared_ptr<state_type> make_state(const pinned_pool_options& options) {
+    detail::resource_calls::require(options.resource, detail::declares_host_accessible,
+                                    "options.resource");
+    return std::make_shared<state_type>(options.max_cached_bytes, options.resource);
+  }
+
   std::shared_ptr<state_type> state_;
 };
 

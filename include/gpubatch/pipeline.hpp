@@ -23,6 +23,7 @@
 #include <gpubatch/detail/pipeline/chunking.hpp>
 #include <gpubatch/error.hpp>
 #include <gpubatch/execution.hpp>
+#include <gpubatch/memory_resource.hpp>
 #include <gpubatch/memory_space.hpp>
 #include <gpubatch/pinned_pool.hpp>
 #include <gpubatch/transfer.hpp>
@@ -134,6 +135,14 @@ struct pipeline_options {
   double headroom_fraction = 0.05;
   /// Whether pinned caller memory is copied directly.
   staging_mode staging = staging_mode::automatic;
+  /// Where the device ring comes from: a resource of device memory (with host_exec, of host
+  /// memory), called stream-ordered on the pipeline's compute stream where it can be. Empty
+  /// (the default): cudaMallocAsync. The chooser still sizes chunks by the device's free
+  /// memory: with a resource that already holds what it hands out (a pool), set chunk_items.
+  memory_resource_ref device_resource{};
+  /// Where the pinned staging comes from: a resource of pinned memory (with host_exec, of host
+  /// memory) for the pipeline's pinned pool. Empty (the default): cudaHostAlloc.
+  memory_resource_ref pinned_resource{};
 };
 
 /// @brief Items [first, first + count) of a batch.
@@ -317,6 +326,9 @@ class pipeline_error : public error {
 ///
 /// For several GPUs, build one pipeline per device (cudaSetDevice before each constructor) and
 /// give each its slice of the batch (split_items, span::subspan) from its own thread.
+///
+/// pipeline_options::device_resource and pinned_resource make your memory resources serve
+/// every buffer of the ring; they must outlive the pipeline (see memory_resource_ref).
 /// Not thread-safe: one run at a time per pipeline. Movable, not copyable.
 /// @tparam In, Out the input and output element types (trivially copyable)
 /// @tparam Exec host_exec or cuda_exec
@@ -336,8 +348,10 @@ class pipeline {
   /// @param exec the caller's stream: each run starts after the work already issued to it
   ///        (it must outlive the pipeline)
   /// @param shape the per-item input, output and workspace sizes
-  /// @param options chunk size (or 0 for the chooser), headroom and staging
+  /// @param options chunk size (or 0 for the chooser), headroom, staging and memory resources
   /// @throws invalid_argument for a shape with no input or no output elements, or bad options
+  ///         (naming "options.device_resource" or "options.pinned_resource" for a resource that
+  ///         declares memory of the wrong kind)
   /// @throws cuda_error if streams or events cannot be created (for example, no device)
   pipeline(Exec exec, item_shape shape, pipeline_options options = {});
   pipeline(const pipeline&) = delete;
@@ -361,7 +375,9 @@ class pipeline {
   /// @return what the run did
   /// @throws invalid_argument naming "input" or "output" (sizes, device memory) before
   ///         anything is issued
-  /// @throws out_of_memory or cuda_error while allocating the buffers (nothing is kept)
+  /// @throws out_of_memory or cuda_error while allocating the buffers, or what a memory
+  ///         resource of options throws, unchanged (nothing is kept: what was already taken
+  ///         goes back to its resource)
   /// @throws pipeline_error when chunk k fails: no further chunk is issued, work in flight is
   ///         drained, every buffer is freed (pinned_stats() is zero), chunks before k are
   ///         complete in the output, and cause() holds the original exception

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <gpubatch/error.hpp>
+#include <gpubatch/memory_resource.hpp>
 #include <gpubatch/memory_space.hpp>
 
 #include <cuda_runtime_api.h>
@@ -15,6 +16,7 @@
 #include <map>
 #include <mutex>
 #include <new>
+#include <string>
 #include <utility>
 
 namespace gpubatch {
@@ -58,6 +60,76 @@ inline host_role_registry& host_roles() {
   static host_role_registry registry;
   return registry;
 }
+
+/// The calls behind a memory_resource_ref, with the rules memory_resource.hpp states.
+struct resource_calls {
+  /// `bytes` (> 0) from `r`; `stream` is the stream of device memory, nullptr for memory that
+  /// is not stream-ordered.
+  /// @throws out_of_memory if the resource returns nullptr; invalid_argument naming "resource"
+  ///         if it returns memory aligned to less than it was asked; whatever it throws
+  static void* allocate(const memory_resource_ref& r, std::size_t bytes,
+                        const cudaStream_t* stream, const char* where) {
+    const resource_ops& ops = *r.ops_;
+    constexpr std::size_t a = memory_resource_ref::alignment;
+    void* p = nullptr;
+    if (stream != nullptr && ops.allocate_async != nullptr) {
+      p = ops.allocate_async(r.object_, bytes, a, *stream);
+    } else if (ops.allocate != nullptr) {
+      p = ops.allocate(r.object_, bytes, a);
+    } else {
+      p = ops.allocate_async(r.object_, bytes, a, cudaStream_t{});
+    }
+    if (p == nullptr) {
+      throw out_of_memory(where, bytes, 0);
+    }
+    if (reinterpret_cast<std::uintptr_t>(p) % a != 0) {
+      deallocate(r, p, bytes, stream);
+      throw invalid_argument("resource", "returned " + std::string(where) +
+                                             " memory aligned to less than the " +
+                                             std::to_string(a) + " bytes asked for");
+    }
+    return p;
+  }
+
+  /// Hands `p` back the way allocate() took it. A synchronous resource gets device memory only
+  /// once the work queued on its stream is done.
+  static void deallocate(const memory_resource_ref& r, void* p, std::size_t bytes,
+                         const cudaStream_t* stream) noexcept {
+    const resource_ops& ops = *r.ops_;
+    constexpr std::size_t a = memory_resource_ref::alignment;
+    try {
+      if (stream != nullptr && ops.deallocate_async != nullptr) {
+        ops.deallocate_async(r.object_, p, bytes, a, *stream);
+      } else if (ops.deallocate != nullptr) {
+        if (stream != nullptr) {
+          GPUBATCH_CUDA_TRY_NOTHROW(cudaStreamSynchronize(*stream));
+        }
+        ops.deallocate(r.object_, p, bytes, a);
+      } else {
+        ops.deallocate_async(r.object_, p, bytes, a, cudaStream_t{});
+      }
+    } catch (...) {
+      // Called from destructors: nothing can be reported, and the memory is the resource's now.
+    }
+  }
+
+  /// Refuses a resource that declares CCCL memory-space properties without `needed` (one of
+  /// declares_device_accessible, declares_host_accessible). Declaring none says nothing.
+  static void require(const memory_resource_ref& r, unsigned needed, const char* parameter) {
+    if (!r) {
+      return;
+    }
+    const unsigned declared = r.ops_->declared;
+    if (declared != 0 && (declared & needed) == 0) {
+      throw invalid_argument(parameter,
+                             std::string("declares memory that is not ") +
+                                 (needed == declares_device_accessible
+                                      ? "device accessible (cuda::mr::device_accessible)"
+                                      : "host accessible (cuda::mr::host_accessible)") +
+                                 ", and this memory must be");
+    }
+  }
+};
 
 }  // namespace detail_shared
 }  // namespace gpubatch
@@ -183,6 +255,78 @@ inline void stream_wait(cudaStream_t waiter, cudaStream_t producer) {
 inline void deallocate_device(void* p, cudaStream_t stream) noexcept {
   if (p != nullptr) {
     GPUBATCH_CUDA_TRY_NOTHROW(cudaFreeAsync(p, stream));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Through a memory_resource_ref (memory_resource.hpp says the rules)
+
+using detail_shared::declares_device_accessible;
+using detail_shared::declares_host_accessible;
+using detail_shared::resource_calls;
+
+/// Device memory for work on `stream`: from `resource`, or cudaMallocAsync without one.
+inline void* allocate_device(std::size_t bytes, cudaStream_t stream,
+                             const memory_resource_ref& resource) {
+  if (!resource) {
+    return allocate_device(bytes, stream);
+  }
+  return bytes == 0 ? nullptr : resource_calls::allocate(resource, bytes, &stream, "device");
+}
+
+inline void deallocate_device(void* p, std::size_t bytes, cudaStream_t stream,
+                              const memory_resource_ref& resource) noexcept {
+  if (!resource) {
+    deallocate_device(p, stream);
+  } else if (p != nullptr) {
+    resource_calls::deallocate(resource, p, bytes, &stream);
+  }
+}
+
+/// Pinned host memory: from `resource`, or cudaMallocHost without one.
+inline void* allocate_pinned(std::size_t bytes, const memory_resource_ref& resource) {
+  if (!resource) {
+    return allocate_pinned(bytes);
+  }
+  return bytes == 0 ? nullptr : resource_calls::allocate(resource, bytes, nullptr, "pinned host");
+}
+
+inline void deallocate_pinned(void* p, std::size_t bytes,
+                              const memory_resource_ref& resource) noexcept {
+  if (!resource) {
+    deallocate_pinned(p);
+  } else if (p != nullptr) {
+    resource_calls::deallocate(resource, p, bytes, nullptr);
+  }
+}
+
+/// The host backend's stand-in for device or pinned memory: from `resource` (host memory), or
+/// aligned host memory without one; recorded in the role registry either way.
+inline void* allocate_host_in_role(std::size_t bytes, memory_space role,
+                                   const memory_resource_ref& resource) {
+  if (!resource) {
+    return allocate_host_in_role(bytes, role);
+  }
+  if (bytes == 0) {
+    return nullptr;
+  }
+  void* p = resource_calls::allocate(resource, bytes, nullptr, "host");
+  try {
+    detail_shared::host_roles().add(p, bytes, role);
+  } catch (...) {
+    resource_calls::deallocate(resource, p, bytes, nullptr);
+    throw;
+  }
+  return p;
+}
+
+inline void deallocate_host_in_role(void* p, std::size_t bytes,
+                                    const memory_resource_ref& resource) noexcept {
+  if (!resource) {
+    deallocate_host_in_role(p);
+  } else if (p != nullptr) {
+    detail_shared::host_roles().remove(p);
+    resource_calls::deallocate(resource, p, bytes, nullptr);
   }
 }
 

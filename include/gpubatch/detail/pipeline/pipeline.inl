@@ -30,6 +30,7 @@
 #include <cstddef>
 #include <cstring>
 #include <exception>
+#include <new>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -89,11 +90,12 @@ int current_device() {
   }
 }
 
-/// Whether a failure is an allocation failure (which rules a chunk size out when tuning).
+/// Whether a failure is an allocation failure (which rules a chunk size out when tuning):
+/// out_of_memory, or the std::bad_alloc of a memory resource.
 inline bool is_out_of_memory(const std::exception_ptr& failure) noexcept {
   try {
     std::rethrow_exception(failure);
-  } catch (const out_of_memory&) {
+  } catch (const std::bad_alloc&) {
     return true;
   } catch (...) {
     return false;
@@ -123,7 +125,13 @@ struct pipeline<In, Out, Exec, Policy>::state {
         options(o),
         device(detail::current_device<Exec>()),
         engine(e, Policy::streams, slots),
-        pool(e) {}
+        pool(e, pool_options(o)) {}
+
+  static pinned_pool_options pool_options(const pipeline_options& o) noexcept {
+    pinned_pool_options p;
+    p.resource = o.pinned_resource;
+    return p;
+  }
 
   [[nodiscard]] std::size_t input_item_bytes() const noexcept {
     return shape.input_elements * sizeof(In);
@@ -148,7 +156,7 @@ struct pipeline<In, Out, Exec, Policy>::state {
       release();
       const std::size_t per_slot = slot_bytes(chunk);
       device_memory.emplace(detail::checked_bytes(per_slot, slots, "device"),
-                            engine.allocation_exec());
+                            engine.allocation_exec(), options.device_resource);
       ++device_allocations;
       engine.after_allocation();
       std::byte* base = device_memory->data();
@@ -253,6 +261,12 @@ pipeline<In, Out, Exec, Policy>::pipeline(Exec exec, item_shape shape, pipeline_
     }
   }
   detail::check_options(options);
+  detail::resource_calls::require(options.device_resource,
+                                  is_cuda_exec_v<Exec> ? detail::declares_device_accessible
+                                                       : detail::declares_host_accessible,
+                                  "options.device_resource");
+  detail::resource_calls::require(options.pinned_resource, detail::declares_host_accessible,
+                                  "options.pinned_resource");
   state_ = std::make_unique<state>(exec, shape, options);
 }
 
@@ -583,8 +597,9 @@ autotune_result autotune_chunk_items(Exec exec, item_shape shape, const InRange&
       }
       sample.seconds = best;
       sample.items_per_second = best > 0.0 ? static_cast<double>(items) / best : 0.0;
-    } catch (const out_of_memory&) {
-      sample.items_per_second = 0.0;  // this size does not fit: not a candidate
+    } catch (const std::bad_alloc&) {
+      // This size does not fit (out_of_memory, or a memory resource's bad_alloc): not a candidate.
+      sample.items_per_second = 0.0;
     } catch (const pipeline_error& e) {
       // Out of memory inside a stage also just rules the size out; anything else is reported.
       if (!detail::is_out_of_memory(e.cause())) {

@@ -95,8 +95,8 @@ class pinned_pool_state {
  public:
   using block = pinned_block<Fence>;
 
-  explicit pinned_pool_state(std::size_t max_cached_bytes) noexcept
-      : max_cached_bytes_(max_cached_bytes) {}
+  pinned_pool_state(std::size_t max_cached_bytes, memory_resource_ref resource) noexcept
+      : max_cached_bytes_(max_cached_bytes), resource_(resource) {}
 
   pinned_pool_state(const pinned_pool_state&) = delete;
   pinned_pool_state& operator=(const pinned_pool_state&) = delete;
@@ -143,7 +143,7 @@ class pinned_pool_state {
       // No room to remember it: free it now, once its copies are done.
       if (b != nullptr) {
         b->wait();
-        free_raw(b->data);
+        free_raw(b->data, b->capacity);
         ++counters_.frees;
       }
       return;
@@ -161,7 +161,7 @@ class pinned_pool_state {
     for (auto& [capacity, blocks] : cached_) {
       for (std::unique_ptr<block>& b : blocks) {
         b->wait();
-        free_raw(b->data);
+        free_raw(b->data, capacity);
         freed += capacity;
         ++counters_.frees;
       }
@@ -203,8 +203,9 @@ class pinned_pool_state {
   void* allocate_raw(std::size_t bytes) {
     try {
       return allocate_raw_once(bytes);
-    } catch (const out_of_memory&) {
+    } catch (const std::bad_alloc&) {
       // Cached blocks of other sizes may be what stands in the way: free the completed ones.
+      // (out_of_memory is a bad_alloc, and so is what a resource throws when it is full.)
       {
         const std::lock_guard<std::mutex> lock(mutex_);
         trim_locked(0);
@@ -215,7 +216,10 @@ class pinned_pool_state {
 
   void* allocate_raw_once(std::size_t bytes) {
     void* p = nullptr;
-    if constexpr (is_cuda_exec_v<Exec>) {
+    if (resource_) {
+      p = is_cuda_exec_v<Exec> ? allocate_pinned(bytes, resource_)
+                               : allocate_host_in_role(bytes, memory_space::pinned, resource_);
+    } else if constexpr (is_cuda_exec_v<Exec>) {
       // Portable: pinned for every device, so one pool can feed pipelines on several GPUs.
       const cudaError_t status = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
       if (status == cudaErrorMemoryAllocation) {
@@ -231,11 +235,11 @@ class pinned_pool_state {
     return p;
   }
 
-  static void free_raw(void* p) noexcept {
+  void free_raw(void* p, std::size_t bytes) const noexcept {
     if constexpr (is_cuda_exec_v<Exec>) {
-      deallocate_pinned(p);
+      deallocate_pinned(p, bytes, resource_);
     } else {
-      deallocate_host_in_role(p);
+      deallocate_host_in_role(p, bytes, resource_);
     }
   }
 
@@ -246,7 +250,7 @@ class pinned_pool_state {
       std::vector<std::unique_ptr<block>>& blocks = it->second;
       for (auto b = blocks.begin(); b != blocks.end() && counters_.bytes_cached > limit;) {
         if ((*b)->idle()) {
-          free_raw((*b)->data);
+          free_raw((*b)->data, (*b)->capacity);
           counters_.bytes_cached -= (*b)->capacity;
           --counters_.blocks_cached;
           ++counters_.frees;
@@ -267,6 +271,7 @@ class pinned_pool_state {
   std::map<std::size_t, std::vector<std::unique_ptr<block>>> cached_;
   pool_counters counters_;
   std::size_t max_cached_bytes_;
+  memory_resource_ref resource_;
 };
 
 }  // namespace detail

@@ -1,0 +1,3 @@
+#include "../support/cuda_backend.hpp"
+
+#include "memory_resource.inc"

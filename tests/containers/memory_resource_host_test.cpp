@@ -1,0 +1,3 @@
+#include "../support/host_backend.hpp"
+
+#include "memory_resource.inc"
