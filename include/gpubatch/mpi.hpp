@@ -12,7 +12,8 @@
 /// return gpubatch::mpi::run_or_abort(world, [&] {        // a failing rank ends the job
 ///   const gpubatch::item_range mine = gpubatch::mpi::shard(items, world);
 ///   // ... run items [mine.first, mine.first + mine.count) into `local` ...
-///   gpubatch::mpi::gather_batch(world, items, per_item, local, output);  // the batch on rank 0
+///   gpubatch::mpi::gather_batch(world, items, per_item, gpubatch::span<const float>(local),
+///                               gpubatch::span<float>(output));  // the batch, on rank 0
 ///   return 0;
 /// });
 /// ```
@@ -21,8 +22,9 @@
 /// exception, a wrong size) would leave its peers waiting for ever. run_or_abort() turns an
 /// exception escaping a rank's work into `gpubatch: rank R failed: <what>` on stderr and
 /// MPI_Abort, which makes the launcher (mpirun) end every rank with a non-zero exit code.
-/// Arguments are validated before a collective starts, the same way on every rank, so a
-/// mistake that every rank makes alike throws on every rank rather than hanging.
+/// Arguments are validated before a collective starts, so a mistake that every rank makes
+/// alike throws on every rank rather than hanging; one that a single rank makes (its own
+/// buffer's size) throws on that rank only, and run_or_abort then ends the job.
 #pragma once
 
 #include <gpubatch/config.hpp>
@@ -158,9 +160,10 @@ class communicator {
 /// arguments, so no sizes are exchanged. Collective: every rank of `comm` must call it.
 /// Items travel as one MPI type of elements_per_item * sizeof(T) bytes, so batches whose size
 /// in bytes exceeds INT_MAX gather in one call; MPI's int counts then limit items to INT_MAX.
-/// @throws invalid_argument (before any communication, alike on every rank given the same
-///         arguments): "local" or "output" of the wrong size or in device memory, "root" out
-///         of range, "elements_per_item" 0, "items" beyond INT_MAX
+/// @throws invalid_argument, before any communication: "root" out of range,
+///         "elements_per_item" 0 or an item beyond INT_MAX bytes, "items" beyond INT_MAX
+///         (alike on every rank given the same arguments); "local" or "output" (on root) of
+///         the wrong size or in device memory (on that rank only: see run_or_abort)
 /// @throws mpi_error if MPI fails
 template <class T>
 void gather_batch(const communicator& comm, std::size_t items, std::size_t elements_per_item,

@@ -217,6 +217,14 @@ TEST_CASE("allreduce_mean refuses device memory; MPI failures are mpi_error with
   CHECK_THROWS_AS(gmpi::communicator(MPI_COMM_NULL), gpubatch::invalid_argument);
 }
 
+TEST_CASE("cuda_aware is false where MPI was built without CUDA", "[mpi]") {
+#if defined(MPIX_CUDA_AWARE_SUPPORT) && MPIX_CUDA_AWARE_SUPPORT
+  CHECK(gmpi::cuda_aware() == (MPIX_Query_cuda_support() == 1));
+#else
+  CHECK_FALSE(gmpi::cuda_aware());
+#endif
+}
+
 int main(int argc, char* argv[]) {
   const gmpi::session mpi(argc, argv);
   return gpubatch::test::run_catch(argc, argv);
