@@ -50,8 +50,8 @@ options parse(int argc, char** argv) {
   options opt;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    if (i + 1 < argc &&
-        (arg == "--items" || arg == "--chunk" || arg == "--fail-rank" || arg == "--fail-after-chunks")) {
+    if (i + 1 < argc && (arg == "--items" || arg == "--chunk" || arg == "--fail-rank" ||
+                         arg == "--fail-after-chunks")) {
       char* end = nullptr;
       const long long value = std::strtoll(argv[++i], &end, 10);
       if (*end != '\0' || value < (arg == "--items" || arg == "--chunk" ? 1 : 0)) {
@@ -62,7 +62,8 @@ options parse(int argc, char** argv) {
       if (arg == "--fail-rank") opt.fail_rank = static_cast<int>(value);
       if (arg == "--fail-after-chunks") opt.fail_after_chunks = static_cast<std::size_t>(value);
     } else {
-      std::fprintf(stderr, "usage: %s [--items N] [--chunk C] [--fail-rank R] [--fail-after-chunks K]\n",
+      std::fprintf(stderr,
+                   "usage: %s [--items N] [--chunk C] [--fail-rank R] [--fail-after-chunks K]\n",
                    argv[0]);
       std::exit(arg == "--help" ? 0 : 2);
     }
@@ -86,9 +87,13 @@ struct mlp {
   std::size_t fail_after_chunks = 0;
 
   mlp(Exec exec, const options& opt, int this_rank)
-      : w1(upload(exec, random(inputs * hidden, 1, 0.2F))), b1(upload(exec, random(hidden, 2, 0.1F))),
-        w2(upload(exec, random(hidden * outputs, 3, 0.1F))), b2(upload(exec, random(outputs, 4, 0.1F))),
-        fail_rank(opt.fail_rank), rank(this_rank), fail_after_chunks(opt.fail_after_chunks) {}
+      : w1(upload(exec, random(inputs * hidden, 1, 0.2F))),
+        b1(upload(exec, random(hidden, 2, 0.1F))),
+        w2(upload(exec, random(hidden * outputs, 3, 0.1F))),
+        b2(upload(exec, random(outputs, 4, 0.1F))),
+        fail_rank(opt.fail_rank),
+        rank(this_rank),
+        fail_after_chunks(opt.fail_after_chunks) {}
 
   static gpubatch::device_buffer<float> upload(Exec exec, const std::vector<float>& v) {
     gpubatch::device_buffer<float> buffer(v.size(), exec);
@@ -104,7 +109,8 @@ struct mlp {
     }
     const auto n = static_cast<index_t>(chunk.items);
     const gpubatch::span<float> h = chunk.workspace_as<float>();  // hidden activations
-    // Per item: [1 x 64] * [64 x 128] (the weights broadcast: batch stride 0), then [1 x 128] * [128 x 16].
+    // Per item: [1 x 64] * [64 x 128] (the weights broadcast: batch stride 0), then [1 x 128] *
+    // [128 x 16].
     const auto x = matrix_batch_view<const float>::packed(chunk.input, 1, inputs, n);
     const matrix_batch_view<const float> w1v(w1.data(), inputs, hidden, hidden, 0, n,
                                              gpubatch::layout::row_major, w1.space());
@@ -126,13 +132,14 @@ template <class Exec>
 std::vector<float> infer(Exec exec, const mlp<Exec>& net, const std::vector<float>& batch,
                          gpubatch::item_range range, std::size_t chunk) {
   std::vector<float> out(range.count * outputs, std::nanf(""));  // poison: a missed item shows
-  if (range.count == 0) return out;  // more ranks than items
+  if (range.count == 0) return out;                              // more ranks than items
   const gpubatch::span<const float> in =
       gpubatch::span<const float>(batch).subspan(range.first * inputs, range.count * inputs);
   gpubatch::pipeline_options popt;
   popt.chunk_items = chunk;
-  gpubatch::run_pipeline(exec, gpubatch::item_shape{inputs, outputs, gpubatch::workspace_of<float>(hidden)},
-                         in, out, net, popt);
+  gpubatch::run_pipeline(
+      exec, gpubatch::item_shape{inputs, outputs, gpubatch::workspace_of<float>(hidden)}, in, out,
+      net, popt);
   return out;
 }
 
@@ -142,7 +149,8 @@ int run(Exec exec, const options& opt, const gpubatch::mpi::communicator& world)
     exec.cuda_memory_rules = true;  // what runs here runs on a GPU
   }
   const mlp<Exec> net(exec, opt, world.rank());
-  const std::vector<float> batch = random(opt.items * inputs, 2026, 1.0F);  // the same on every rank
+  const std::vector<float> batch =
+      random(opt.items * inputs, 2026, 1.0F);  // the same on every rank
 
   const gpubatch::item_range mine = gpubatch::mpi::shard(opt.items, world);
   const std::vector<float> local = infer(exec, net, batch, mine, opt.chunk);
@@ -172,7 +180,8 @@ int main(int argc, char** argv) {
     // mpirun exits non-zero if any rank does: rank 0's check decides.
     return gpubatch::mpi::run_or_abort(world, [&] {
       const options opt = parse(argc, argv);
-      if (world.rank() == 0) std::printf("%s\n", gpubatch::to_string(gpubatch::best_available_choice()).c_str());
+      if (world.rank() == 0)
+        std::printf("%s\n", gpubatch::to_string(gpubatch::best_available_choice()).c_str());
       return gpubatch::with_best_available([&](auto exec) { return run(exec, opt, world); });
     });
   } catch (const std::exception& e) {

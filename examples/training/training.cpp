@@ -402,8 +402,7 @@ class network {
     gpubatch::gemm(exec_, op::none, op::none, rate, matrices(grads_, 0, param_count, 1, 0, 1),
                    matrices(one_, 0, 1, 1, 0, 1), 1.0F, matrices(params_, 0, param_count, 1, 0, 1));
     double sums[2] = {t.loss, static_cast<double>(t.correct)};
-    const int summed = MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_DOUBLE, MPI_SUM, world.get());
-    if (summed != MPI_SUCCESS) throw gpubatch::mpi_error(summed, "MPI_Allreduce(loss, correct)");
+    GPUBATCH_MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_DOUBLE, MPI_SUM, world.get()));
     t.loss = sums[0];
     t.correct = static_cast<index_t>(sums[1]);
     return t;

@@ -245,4 +245,8 @@ void allreduce_mean(cuda_exec exec, span<T> values, ncclComm_t comm);
 GPUBATCH_ABI_END
 }  // namespace gpubatch
 
+/// @brief Calls an MPI function and throws gpubatch::mpi_error if it fails (on a communicator
+/// with MPI_ERRORS_RETURN, which gpubatch::mpi::communicator sets).
+#define GPUBATCH_MPI_TRY(call) ::gpubatch::mpi::detail::check((call), #call)
+
 #include <gpubatch/detail/mpi/mpi.inl>

@@ -26,7 +26,7 @@ namespace gmpi = gpubatch::mpi;
 std::uint32_t shared_seed(const gmpi::communicator& comm) {
   static std::uint32_t seed = [&] {
     std::uint32_t s = std::random_device{}();
-    gmpi::detail::check(MPI_Bcast(&s, 1, MPI_UINT32_T, 0, comm.get()), "MPI_Bcast(seed)");
+    GPUBATCH_MPI_TRY(MPI_Bcast(&s, 1, MPI_UINT32_T, 0, comm.get()));
     return s;
   }();
   return seed;
@@ -61,11 +61,9 @@ double to_double(T value) {
 bool same_on_every_rank(const void* data, std::size_t bytes, const gmpi::communicator& comm) {
   std::vector<char> root(bytes);
   if (bytes > 0) std::memcpy(root.data(), data, bytes);
-  gmpi::detail::check(MPI_Bcast(root.data(), static_cast<int>(bytes), MPI_BYTE, 0, comm.get()),
-                      "MPI_Bcast(root)");
+  GPUBATCH_MPI_TRY(MPI_Bcast(root.data(), static_cast<int>(bytes), MPI_BYTE, 0, comm.get()));
   int same = bytes == 0 || std::memcmp(root.data(), data, bytes) == 0 ? 1 : 0, all = 0;
-  gmpi::detail::check(MPI_Allreduce(&same, &all, 1, MPI_INT, MPI_MIN, comm.get()),
-                      "MPI_Allreduce(same)");
+  GPUBATCH_MPI_TRY(MPI_Allreduce(&same, &all, 1, MPI_INT, MPI_MIN, comm.get()));
   return all == 1;
 }
 
@@ -77,8 +75,9 @@ TEST_CASE("shard: contiguous, near-equal parts; the first ranks hold one item mo
       std::size_t next = 0;
       for (int r = 0; r < ranks; ++r) {
         const item_range part = gmpi::shard(items, ranks, r);
-        const std::size_t expected = items / static_cast<std::size_t>(ranks) +
-                                     (static_cast<std::size_t>(r) < items % static_cast<std::size_t>(ranks) ? 1 : 0);
+        const std::size_t expected =
+            items / static_cast<std::size_t>(ranks) +
+            (static_cast<std::size_t>(r) < items % static_cast<std::size_t>(ranks) ? 1 : 0);
         CHECK(part.first == next);
         CHECK(part.count == expected);
         next = part.first + part.count;
@@ -87,7 +86,8 @@ TEST_CASE("shard: contiguous, near-equal parts; the first ranks hold one item mo
     }
   }
   const gmpi::communicator world;
-  const item_range mine = gmpi::shard(1001, world), same = gmpi::shard(1001, world.size(), world.rank());
+  const item_range mine = gmpi::shard(1001, world),
+                   same = gmpi::shard(1001, world.size(), world.rank());
   CHECK(mine.first == same.first);
   CHECK(mine.count == same.count);
   CHECK_THROWS_AS(gmpi::shard(10, 0, 0), gpubatch::invalid_argument);
@@ -101,16 +101,19 @@ TEST_CASE("gather_batch and allgather_batch assemble the batch in order", "[mpi]
   INFO("seed " << seed << ", " << world.size() << " ranks");
   const auto ranks = static_cast<std::size_t>(world.size());
   // Fewer items than ranks (some shards empty), uneven shards, a batch of several MiB.
-  for (std::size_t items : {std::size_t{0}, std::size_t{1}, ranks - 1, 2 * ranks + 1, std::size_t{1000}}) {
+  for (std::size_t items :
+       {std::size_t{0}, std::size_t{1}, ranks - 1, 2 * ranks + 1, std::size_t{1000}}) {
     for (std::size_t per_item : {std::size_t{1}, std::size_t{3}, std::size_t{1031}}) {
       INFO(items << " items of " << per_item);
       const item_range mine = gmpi::shard(items, world);
       std::vector<float> local(mine.count * per_item);
       for (std::size_t i = 0; i < mine.count; ++i)
-        for (std::size_t e = 0; e < per_item; ++e) local[i * per_item + e] = item_value(seed, mine.first + i, e);
+        for (std::size_t e = 0; e < per_item; ++e)
+          local[i * per_item + e] = item_value(seed, mine.first + i, e);
       std::vector<float> expected(items * per_item);
       for (std::size_t i = 0; i < items; ++i)
-        for (std::size_t e = 0; e < per_item; ++e) expected[i * per_item + e] = item_value(seed, i, e);
+        for (std::size_t e = 0; e < per_item; ++e)
+          expected[i * per_item + e] = item_value(seed, i, e);
 
       for (int root : {0, world.size() - 1}) {
         std::vector<float> output(world.rank() == root ? items * per_item : 0, std::nanf(""));
@@ -123,12 +126,14 @@ TEST_CASE("gather_batch and allgather_batch assemble the batch in order", "[mpi]
       std::vector<float> everywhere(items * per_item, std::nanf(""));
       gmpi::allgather_batch(world, items, per_item, gpubatch::span<const float>(local),
                             gpubatch::span<float>(everywhere));
-      CHECK(std::memcmp(everywhere.data(), expected.data(), everywhere.size() * sizeof(float)) == 0);
+      CHECK(std::memcmp(everywhere.data(), expected.data(), everywhere.size() * sizeof(float)) ==
+            0);
     }
   }
 }
 
-TEST_CASE("gather_batch refuses what does not fit, alike on every rank, before communicating", "[mpi]") {
+TEST_CASE("gather_batch refuses what does not fit, alike on every rank, before communicating",
+          "[mpi]") {
   const gmpi::communicator world;
   const std::size_t items = 10;
   const item_range mine = gmpi::shard(items, world);
@@ -145,12 +150,14 @@ TEST_CASE("gather_batch refuses what does not fit, alike on every rank, before c
   const gpubatch::span<const float> right = wrong.subspan(0, mine.count * 2);
   const gpubatch::span<float> out(output);
   expect([&] { gmpi::gather_batch(world, items, 2, wrong, out); }, "local");
-  expect([&] { gmpi::allgather_batch(world, items, 2, right, out.subspan(0, items * 2 - 1)); }, "output");
+  expect([&] { gmpi::allgather_batch(world, items, 2, right, out.subspan(0, items * 2 - 1)); },
+         "output");
   expect([&] { gmpi::gather_batch(world, items, 2, right, out, world.size()); }, "root");
   expect([&] { gmpi::gather_batch(world, items, 2, right, out, -1); }, "root");
   expect([&] { gmpi::gather_batch(world, items, 0, right, out); }, "elements_per_item");
   expect([&] { gmpi::gather_batch(world, std::size_t{1} << 31, 1, right, out); }, "items");
-  const gpubatch::span<const float> on_device(local.data(), local.size() - 1, gpubatch::memory_space::device);
+  const gpubatch::span<const float> on_device(local.data(), local.size() - 1,
+                                              gpubatch::memory_space::device);
   expect([&] { gmpi::gather_batch(world, items, 2, on_device, out); }, "local");
   // The communicator still works: nothing was left half sent.
   CHECK_NOTHROW(world.barrier());
@@ -163,14 +170,15 @@ TEMPLATE_TEST_CASE("allreduce_mean: every rank gets the mean, against a float64 
   const std::uint32_t seed = shared_seed(world);
   INFO("seed " << seed << ", " << world.size() << " ranks");
   // The result is rounded once to T; its sum in float (half, bfloat16) or T adds a little.
-  const double eps = std::is_same_v<T, double>   ? 0x1p-52
-                     : std::is_same_v<T, float>  ? 0x1p-23
+  const double eps = std::is_same_v<T, double>           ? 0x1p-52
+                     : std::is_same_v<T, float>          ? 0x1p-23
                      : std::is_same_v<T, gpubatch::half> ? 0x1p-10
-                                                  : 0x1p-7;
+                                                         : 0x1p-7;
   for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{4099}}) {
     INFO(count << " elements");
     std::vector<T> values(count);
-    for (std::size_t i = 0; i < count; ++i) values[i] = gpubatch::convert<T>(contribution(seed, world.rank(), i));
+    for (std::size_t i = 0; i < count; ++i)
+      values[i] = gpubatch::convert<T>(contribution(seed, world.rank(), i));
     gmpi::allreduce_mean(gpubatch::span<T>(values), world);
     double worst = 0;
     for (std::size_t i = 0; i < count; ++i) {
@@ -192,11 +200,13 @@ TEMPLATE_TEST_CASE("allreduce_mean: every rank gets the mean, against a float64 
   CHECK(to_double(one[0]) == double(world.size() + 1) / 2);
 }
 
-TEST_CASE("allreduce_mean refuses device memory; MPI failures are mpi_error with MPI's text", "[mpi]") {
+TEST_CASE("allreduce_mean refuses device memory; MPI failures are mpi_error with MPI's text",
+          "[mpi]") {
   const gmpi::communicator world;
   std::vector<float> values(4, 1.0F);
   try {
-    gmpi::allreduce_mean(gpubatch::span<float>(values.data(), 4, gpubatch::memory_space::device), world);
+    gmpi::allreduce_mean(gpubatch::span<float>(values.data(), 4, gpubatch::memory_space::device),
+                         world);
     FAIL_CHECK("no exception");
   } catch (const gpubatch::invalid_argument& e) {
     CHECK(e.parameter() == "values");
@@ -204,15 +214,16 @@ TEST_CASE("allreduce_mean refuses device memory; MPI failures are mpi_error with
   // An MPI call that fails (a negative count), on the error handler the communicator set.
   MPI_Datatype type = MPI_DATATYPE_NULL;
   try {
-    gmpi::detail::check(MPI_Type_contiguous(-1, MPI_BYTE, &type), "MPI_Type_contiguous(-1)");
+    GPUBATCH_MPI_TRY(MPI_Type_contiguous(-1, MPI_BYTE, &type));
     FAIL_CHECK("no exception");
   } catch (const gpubatch::mpi_error& e) {
     char text[MPI_MAX_ERROR_STRING] = {};
     int length = 0;
     MPI_Error_string(e.code(), text, &length);
     CHECK(e.code() != MPI_SUCCESS);
-    CHECK(std::string(e.what()).find(std::string(text, static_cast<std::size_t>(length))) != std::string::npos);
-    CHECK(std::string(e.what()).find("MPI_Type_contiguous(-1)") != std::string::npos);
+    CHECK(std::string(e.what()).find(std::string(text, static_cast<std::size_t>(length))) !=
+          std::string::npos);
+    CHECK(std::string(e.what()).find("`MPI_Type_contiguous(-1, MPI_BYTE, &type)`") != std::string::npos);
   }
   CHECK_THROWS_AS(gmpi::communicator(MPI_COMM_NULL), gpubatch::invalid_argument);
 }

@@ -34,8 +34,6 @@ inline void check(int code, const char* call) {
   if (code != MPI_SUCCESS) throw mpi_error(code, call);
 }
 
-#define GPUBATCH_MPI_TRY(call) ::gpubatch::mpi::detail::check((call), #call)
-
 /// The MPI type of a float or double.
 template <class T>
 MPI_Datatype datatype() {
@@ -45,9 +43,8 @@ MPI_Datatype datatype() {
 }
 
 template <class T>
-inline constexpr bool is_reducible_v =
-    std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, half> ||
-    std::is_same_v<T, bfloat16>;
+inline constexpr bool is_reducible_v = std::is_same_v<T, float> || std::is_same_v<T, double> ||
+                                       std::is_same_v<T, half> || std::is_same_v<T, bfloat16>;
 
 /// A committed MPI datatype, freed however the call ends.
 class owned_type {
@@ -71,8 +68,7 @@ class owned_type {
 /// Where a span's elements live, classified if it does not say.
 template <class T>
 memory_space space_of(span<T> values) {
-  return values.space() != memory_space::unknown ? values.space()
-                                                 : memory_space_of(values.data());
+  return values.space() != memory_space::unknown ? values.space() : memory_space_of(values.data());
 }
 
 template <class T>
@@ -113,8 +109,7 @@ void host_mean(T* data, std::size_t count, const communicator& comm) {
   }
 }
 
-/// What gather_batch and allgather_batch check, the same on every rank; the MPI type of one
-/// item and every rank's item count and offset.
+/// Every rank's item count and offset in the batch, as MPI's int counts.
 struct gather_layout {
   std::vector<int> counts, offsets;
 };
@@ -141,10 +136,10 @@ gather_layout plan_gather(const communicator& comm, std::size_t items,
   }
   const item_range mine = shard(items, comm);
   if (local.size() != mine.count * elements_per_item) {
-    throw invalid_argument("local", "holds " + std::to_string(local.size()) +
-                                        " elements; rank " + std::to_string(comm.rank()) +
-                                        "'s shard is " + std::to_string(mine.count) +
-                                        " items of " + std::to_string(elements_per_item));
+    throw invalid_argument("local", "holds " + std::to_string(local.size()) + " elements; rank " +
+                                        std::to_string(comm.rank()) + "'s shard is " +
+                                        std::to_string(mine.count) + " items of " +
+                                        std::to_string(elements_per_item));
   }
   require_host(local, "local");
   if (output_here) {
@@ -169,8 +164,8 @@ gather_layout plan_gather(const communicator& comm, std::size_t items,
 template <class T>
 MPI_Datatype item_type(std::size_t elements_per_item) {
   MPI_Datatype type = MPI_DATATYPE_NULL;
-  GPUBATCH_MPI_TRY(MPI_Type_contiguous(static_cast<int>(elements_per_item * sizeof(T)), MPI_BYTE,
-                                       &type));
+  GPUBATCH_MPI_TRY(
+      MPI_Type_contiguous(static_cast<int>(elements_per_item * sizeof(T)), MPI_BYTE, &type));
   return type;
 }
 
@@ -229,8 +224,8 @@ inline void communicator::barrier() const { GPUBATCH_MPI_TRY(MPI_Barrier(comm_))
 inline item_range shard(std::size_t items, int ranks, int rank) {
   if (ranks < 1) throw invalid_argument("ranks", std::to_string(ranks) + " is not positive");
   if (rank < 0 || rank >= ranks) {
-    throw invalid_argument("rank", std::to_string(rank) + " is not in [0, " +
-                                       std::to_string(ranks) + ")");
+    throw invalid_argument("rank",
+                           std::to_string(rank) + " is not in [0, " + std::to_string(ranks) + ")");
   }
   const gpubatch::detail::item_bounds b = gpubatch::detail::split_evenly(
       items, static_cast<std::size_t>(ranks), static_cast<std::size_t>(rank));
@@ -248,8 +243,8 @@ void gather_batch(const communicator& comm, std::size_t items, std::size_t eleme
     throw invalid_argument("root", std::to_string(root) + " is not a rank of a communicator of " +
                                        std::to_string(comm.size()));
   }
-  const detail::gather_layout layout = detail::plan_gather(comm, items, elements_per_item, local,
-                                                           output, comm.rank() == root);
+  const detail::gather_layout layout =
+      detail::plan_gather(comm, items, elements_per_item, local, output, comm.rank() == root);
   if (items == 0) return;
   const detail::owned_type item(detail::item_type<T>(elements_per_item));
   GPUBATCH_MPI_TRY(MPI_Gatherv(local.data(), layout.counts[static_cast<std::size_t>(comm.rank())],
@@ -264,10 +259,9 @@ void allgather_batch(const communicator& comm, std::size_t items, std::size_t el
       detail::plan_gather(comm, items, elements_per_item, local, output, true);
   if (items == 0) return;
   const detail::owned_type item(detail::item_type<T>(elements_per_item));
-  GPUBATCH_MPI_TRY(MPI_Allgatherv(local.data(),
-                                  layout.counts[static_cast<std::size_t>(comm.rank())], item.get(),
-                                  output.data(), layout.counts.data(), layout.offsets.data(),
-                                  item.get(), comm.get()));
+  GPUBATCH_MPI_TRY(MPI_Allgatherv(
+      local.data(), layout.counts[static_cast<std::size_t>(comm.rank())], item.get(), output.data(),
+      layout.counts.data(), layout.offsets.data(), item.get(), comm.get()));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -300,8 +294,7 @@ void allreduce_mean(cuda_exec exec, span<T> values, const communicator& comm) {
   static_assert(detail::is_reducible_v<T>,
                 "gpubatch::mpi::allreduce_mean: T must be float, double, half or bfloat16");
   if (!values.empty() && !gpubatch::is_accessible<cuda_exec>(detail::space_of(values))) {
-    throw invalid_argument("values", std::string("lies in ") +
-                                         to_string(detail::space_of(values)) +
+    throw invalid_argument("values", std::string("lies in ") + to_string(detail::space_of(values)) +
                                          " memory, which the cuda backend cannot reach");
   }
   // MPI knows no stream: the values must be final before it reads them.
@@ -403,8 +396,7 @@ inline nccl_communicator::~nccl_communicator() {
 template <class T>
 void allreduce_mean(cuda_exec exec, span<T> values, ncclComm_t comm) {
   if (!values.empty() && !gpubatch::is_accessible<cuda_exec>(detail::space_of(values))) {
-    throw invalid_argument("values", std::string("lies in ") +
-                                         to_string(detail::space_of(values)) +
+    throw invalid_argument("values", std::string("lies in ") + to_string(detail::space_of(values)) +
                                          " memory, which the cuda backend cannot reach");
   }
   if (values.empty()) return;
