@@ -1,11 +1,16 @@
 # Tests that run under the MPI launcher (mpirun -np N), for the gpubatch::mpi component.
 include_guard(GLOBAL)
 
-# OpenMPI refuses to run as root (CI does) and to start more ranks than the machine has cores
-# unless told so; both through its environment, which other MPIs ignore.
-function(_gpubatch_mpi_test_properties name ranks timeout)
-  set_tests_properties(${name} PROPERTIES LABELS "host;mpi" TIMEOUT ${timeout} PROCESSORS ${ranks}
-    ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1")
+# gpubatch_mpi_test_properties(<test> <ranks> <timeout>): labels, time limit and environment of
+# a test that starts the MPI launcher. OpenMPI refuses to run as root (CI does) and to start
+# more ranks than the machine has cores unless told so, and its shared-memory transport's
+# single-copy mode needs ptrace rights that containers often lack; all three are set through
+# its environment, which other MPIs ignore.
+function(gpubatch_mpi_test_properties name ranks timeout)
+  set(environment OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+      OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl_vader_single_copy_mechanism=none)
+  set_tests_properties(${name} PROPERTIES LABELS "host;mpi" TIMEOUT ${timeout}
+                       PROCESSORS ${ranks} ENVIRONMENT "${environment}")
 endfunction()
 
 # The launcher's command line for `ranks` ranks of `executable` with `args`, into `out`.
@@ -19,7 +24,7 @@ endfunction()
 function(gpubatch_add_mpi_test name ranks executable)
   gpubatch_mpi_command(command ${ranks} ${executable} ${ARGN})
   add_test(NAME ${name} COMMAND ${command})
-  _gpubatch_mpi_test_properties(${name} ${ranks} 120)
+  gpubatch_mpi_test_properties(${name} ${ranks} 120)
 endfunction()
 
 # gpubatch_add_mpi_abort_test(<name> <ranks> <regex> <executable> [args...]): the program must
@@ -32,5 +37,5 @@ function(gpubatch_add_mpi_abort_test name ranks regex executable)
   add_test(NAME ${name}
            COMMAND ${CMAKE_COMMAND} "-DCOMMAND=${command}" "-DEXPECT=${regex}" -DSECONDS=60
                    -P "${PROJECT_SOURCE_DIR}/tests/mpi/expect_abort.cmake")
-  _gpubatch_mpi_test_properties(${name} ${ranks} 90)
+  gpubatch_mpi_test_properties(${name} ${ranks} 90)
 endfunction()
