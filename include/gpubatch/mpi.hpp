@@ -187,9 +187,11 @@ void allgather_batch(const communicator& comm, std::size_t items, std::size_t el
 template <class T>
 void allreduce_mean(span<T> values, const communicator& comm);
 
-/// @brief allreduce_mean of values in device memory, through MPI: straight from device memory
-/// when MPI is CUDA-aware (cuda_aware()), through host memory otherwise. Synchronises exec's
-/// stream first (MPI does not know it) and returns when the mean is in `values`.
+/// @brief allreduce_mean of values in device memory, through MPI: float and double straight
+/// from device memory when MPI is CUDA-aware (cuda_aware()) and the file is compiled as CUDA
+/// (the division is a kernel); otherwise, and for half and bfloat16, through host memory.
+/// Synchronises exec's stream first (MPI does not know it) and returns when the mean is in
+/// `values`.
 /// @throws invalid_argument naming "values" if it is not device-accessible; mpi_error;
 ///         cuda_error
 template <class T>
