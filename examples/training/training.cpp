@@ -36,6 +36,14 @@
 // This shows the mechanics only: no privacy accounting (epsilon) is done, and batches are fixed
 // partitions of the data set visited in a new order each epoch, not Poisson samples.
 //
+// Built as training_mpi (GPUBATCH_TRAINING_MPI, linking gpubatch::mpi) and started by mpirun,
+// it trains data-parallel: every rank holds the whole network and data set, takes its shard of
+// each batch (gpubatch::mpi::shard), and the same backward passes write its summed gradient
+// (alpha = 1, beta = 0) into a gradient buffer instead of updating the weights. allreduce_mean
+// averages the R ranks' sums, and every rank applies parameter += (-lr * R / B) * mean: the
+// single-process step, -lr / B times the batch's summed gradient, up to the order of the sums.
+// Rank 0 prints. --dp stays single-process (one rank): its noise is drawn once per step.
+//
 //   training [--images N] [--epochs E] [--batch B] [--lr LR] [--seed S] [--dp] [--clip C]
 //            [--noise SIGMA] [--no-progress] [--check]
 //     N training images (default 4096; 512 test images),
@@ -45,6 +53,9 @@
 //     terminal. --check exits nonzero unless the last epoch's loss is at most 60% of the first
 //     epoch's and the test accuracy is at least 0.6 (chance: 0.25).
 #include <gpubatch/gpubatch.hpp>
+#if defined(GPUBATCH_TRAINING_MPI)
+#include <gpubatch/mpi.hpp>
+#endif
 
 #include <unistd.h>
 
@@ -101,6 +112,9 @@ struct options {
   std::uint32_t seed = 1;
   bool progress = true;
   bool check = false;
+#if defined(GPUBATCH_TRAINING_MPI)
+  const gpubatch::mpi::communicator* world = nullptr;  // the ranks that train together
+#endif
 };
 
 [[noreturn]] void usage(const char* program, int code) {
@@ -268,8 +282,10 @@ class network {
         dy2_(size(capacity * pixels2 * c2), exec), dy1_(size(capacity * pixels1 * c1), exec),
         scaled2_(dp(capacity * pixels2 * c2), exec), scaled1_(dp(capacity * pixels1 * c1), exec),
         bias_grads_(dp(capacity * std::max(c1, c2)), exec), norms_(dp(4 * capacity), exec),
-        factors_(dp(capacity), exec), noise_(dp(param_count), exec), one_(dp(1), exec),
+        factors_(dp(capacity), exec), noise_(dp(param_count), exec),
+        one_(opt.dp || data_parallel(opt) ? 1 : 0, exec),
         workspace_(dp(workspace_floats(capacity)), exec),
+        grads_(data_parallel(opt) ? size(param_count) : 0, exec),
         host_logits_(size(capacity * classes)), host_dlogits_(size(capacity * classes)),
         host_norms_(dp(4 * capacity)), host_pooled_(dp(capacity * c2)), host_factors_(dp(capacity)),
         host_noise_(dp(param_count)) {
@@ -315,9 +331,10 @@ class network {
     gpubatch::copy(exec_, host_span(host_logits_, n * classes), part(logits_, 0, n * classes));
   }
 
-  /// One SGD (or DP-SGD) step on samples [first, first + n).
+  /// One SGD (or DP-SGD) step on samples [first, first + n); with `into_gradients`, the
+  /// samples' summed gradient goes to grads_ and the weights stay as they are.
   tally train_step(const device_buffer<float>& images, const std::vector<int>& labels,
-                   index_t first, index_t n) {
+                   index_t first, index_t n, bool into_gradients = false) {
     forward(images, first, n);
     tally t;
     t.loss = softmax_cross_entropy(host_logits_.data(), labels.data() + first, n,
@@ -331,6 +348,7 @@ class network {
     const auto y1 = tensor(y1_, n, c1, image), y2 = tensor(y2_, n, c2, out2);
     const auto dlogits = matrices(dlogits_, 0, n, classes, 0, 1);
     const auto w3 = matrices(params_, w3_at, c2, classes, 0, 1);
+    device_buffer<float>& target = into_gradients ? grads_ : params_;
     const auto pooled = matrices(pooled_, 0, n, c2, 0, 1);
     const matrix_batch_view<float> pool_column(pool_.data(), pixels2, 1, 1, 0, n, layout::row_major,
                                                pool_.space());
@@ -348,18 +366,48 @@ class network {
     const auto dy1 = tensor(opt_.dp ? scaled1_ : dy1_, n, c1, image);
     if (opt_.dp) t.clipped = clip(images, first, n);
 
-    // The fused updates: parameter = -lr/N * (gradient summed over the batch) + parameter.
-    const float rate = -opt_.lr / static_cast<float>(n);
-    gpubatch::gemm(exec_, op::transpose, op::none, rate, pooled, dlogits, 1.0F, w3);
-    gpubatch::conv2d_backward_bias(exec_, rate, tensor(dlogits_, n, classes, 1), 1.0F,
-                                   params_.data() + b3_at);
-    gpubatch::conv2d_backward_filter(exec_, conv2, rate, y1, dy2, 1.0F, weights(w2_at, w2_shape));
-    gpubatch::conv2d_backward_bias(exec_, rate, dy2, 1.0F, params_.data() + b2_at);
-    gpubatch::conv2d_backward_filter(exec_, conv1, rate, x, dy1, 1.0F, weights(w1_at, w1_shape));
-    gpubatch::conv2d_backward_bias(exec_, rate, dy1, 1.0F, params_.data() + b1_at);
+    // The fused updates: parameter = -lr/N * (gradient summed over the batch) + parameter; or
+    // into_gradients: gradient = the sum (alpha = 1, beta = 0).
+    const float rate = into_gradients ? 1.0F : -opt_.lr / static_cast<float>(n);
+    const float beta = into_gradients ? 0.0F : 1.0F;
+    gpubatch::gemm(exec_, op::transpose, op::none, rate, pooled, dlogits, beta,
+                   matrices(target, w3_at, c2, classes, 0, 1));
+    gpubatch::conv2d_backward_bias(exec_, rate, tensor(dlogits_, n, classes, 1), beta,
+                                   target.data() + b3_at);
+    gpubatch::conv2d_backward_filter(exec_, conv2, rate, y1, dy2, beta, weights_in(target, w2_at, w2_shape));
+    gpubatch::conv2d_backward_bias(exec_, rate, dy2, beta, target.data() + b2_at);
+    gpubatch::conv2d_backward_filter(exec_, conv1, rate, x, dy1, beta, weights_in(target, w1_at, w1_shape));
+    gpubatch::conv2d_backward_bias(exec_, rate, dy1, beta, target.data() + b1_at);
     if (opt_.dp && opt_.noise > 0) add_noise(rate);
     return t;
   }
+
+#if defined(GPUBATCH_TRAINING_MPI)
+  /// A data-parallel SGD step on samples [first, first + n): this rank's shard's summed
+  /// gradient, averaged over the ranks, applied on every rank alike. The tally is the batch's.
+  tally train_step_data_parallel(const device_buffer<float>& images, const std::vector<int>& labels,
+                                 index_t first, index_t n, const gpubatch::mpi::communicator& world) {
+    const gpubatch::item_range mine = gpubatch::mpi::shard(static_cast<std::size_t>(n), world);
+    tally t;
+    if (mine.count > 0) {
+      t = train_step(images, labels, first + static_cast<index_t>(mine.first),
+                     static_cast<index_t>(mine.count), true);
+    } else {
+      gpubatch::fill(exec_, grads_, 0.0F);  // a short last batch left this rank no sample
+    }
+    gpubatch::mpi::allreduce_mean(exec_, gpubatch::span<float>(grads_), world);
+    // mean * R = the batch's summed gradient: parameter += -lr / N * sum, one GEMM
+    // ([P x 1] * [1 x 1], beta = 1) over the parameters, which lie in one buffer.
+    const float rate = -opt_.lr * static_cast<float>(world.size()) / static_cast<float>(n);
+    gpubatch::gemm(exec_, op::none, op::none, rate, matrices(grads_, 0, param_count, 1, 0, 1),
+                   matrices(one_, 0, 1, 1, 0, 1), 1.0F, matrices(params_, 0, param_count, 1, 0, 1));
+    double sums[2] = {t.loss, static_cast<double>(t.correct)};
+    GPUBATCH_MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_DOUBLE, MPI_SUM, world.get()));
+    t.loss = sums[0];
+    t.correct = static_cast<index_t>(sums[1]);
+    return t;
+  }
+#endif
 
   /// Loss and correct predictions over samples [0, count) of a set, in batches.
   tally evaluate(const device_buffer<float>& images, const std::vector<int>& labels, index_t count) {
@@ -375,6 +423,14 @@ class network {
 
  private:
   static std::size_t size(index_t count) { return static_cast<std::size_t>(count); }
+  /// Whether the steps are data-parallel across ranks (training_mpi, without --dp).
+  static bool data_parallel([[maybe_unused]] const options& opt) {
+#if defined(GPUBATCH_TRAINING_MPI)
+    return !opt.dp;
+#else
+    return false;
+#endif
+  }
   /// Sizes of what only DP-SGD uses: none without it.
   std::size_t dp(index_t count) const { return opt_.dp ? size(count) : 0; }
   /// Room for a round of `capacity` per-sample filter gradients of the larger layer.
@@ -396,10 +452,14 @@ class network {
     return tensor4d_view<float>(buffer.data(), n, channels, side, side,
                                 gpubatch::tensor_layout::nhwc, buffer.space());
   }
-  /// A layer's KRSC filters inside the parameter buffer.
+  /// A layer's KRSC filters inside the parameter buffer (or the gradient buffer).
   tensor4d_view<float> weights(index_t at, const gpubatch::tensor4d_shape& s) {
-    return tensor4d_view<float>(params_.data() + at, s.n, s.c, s.h, s.w, gpubatch::tensor_layout::nhwc,
-                                params_.space());
+    return weights_in(params_, at, s);
+  }
+  static tensor4d_view<float> weights_in(device_buffer<float>& buffer, index_t at,
+                                         const gpubatch::tensor4d_shape& s) {
+    return tensor4d_view<float>(buffer.data() + at, s.n, s.c, s.h, s.w,
+                                gpubatch::tensor_layout::nhwc, buffer.space());
   }
   /// `count` row-major rows x cols matrices from `offset` of a buffer, `stride` apart.
   static matrix_batch_view<float> matrices(device_buffer<float>& buffer, index_t offset, index_t rows,
@@ -477,9 +537,10 @@ class network {
   std::mt19937 engine_;  // initialisation, then DP noise
   device_buffer<float> params_, pool_, y1_, y2_, pooled_, logits_, dlogits_, dpooled_, dy2_, dy1_;
   // DP-SGD only (empty otherwise): dy2 and dy1 scaled per sample, per-sample bias gradients of
-  // one layer, squared norms (4 groups of N), clip factors, noise, a 1 x 1 one, the norms'
-  // workspace; and the host's side.
+  // one layer, squared norms (4 groups of N), clip factors, noise, a 1 x 1 one (data-parallel
+  // training's too), the norms' workspace; and the host's side.
   device_buffer<float> scaled2_, scaled1_, bias_grads_, norms_, factors_, noise_, one_, workspace_;
+  device_buffer<float> grads_;  // data-parallel training only: the gradient, for the allreduce
   std::vector<float> host_logits_, host_dlogits_, host_norms_, host_pooled_, host_factors_, host_noise_;
 };
 
@@ -547,7 +608,12 @@ int run(Exec exec, const options& opt) {
     for (index_t b = 0; b < batches; ++b) {
       const index_t first = order[static_cast<std::size_t>(b)] * batch;
       const index_t n = std::min(batch, train_size - first);  // the last batch may be short
+#if defined(GPUBATCH_TRAINING_MPI)
+      const auto t = opt.dp ? net.train_step(train_images, train.labels, first, n)
+                            : net.train_step_data_parallel(train_images, train.labels, first, n, *opt.world);
+#else
       const auto t = net.train_step(train_images, train.labels, first, n);
+#endif
       sum.loss += t.loss;
       sum.correct += t.correct;
       sum.clipped += t.clipped;
@@ -588,10 +654,31 @@ int run(Exec exec, const options& opt) {
 
 int main(int argc, char** argv) {
   try {
+#if defined(GPUBATCH_TRAINING_MPI)
+    const gpubatch::mpi::session mpi(argc, argv);
+    const gpubatch::mpi::communicator world;
+    // An exception on one rank ends the job: the others would wait in the allreduce for ever.
+    return gpubatch::mpi::run_or_abort(world, [&] {
+      options opt = parse(argc, argv);
+      opt.world = &world;
+      if (opt.dp && world.size() > 1) {
+        throw gpubatch::invalid_argument("--dp", "DP-SGD trains in one process here (its noise is "
+                                                 "drawn once per step); start one rank");
+      }
+      // Every rank computes the same numbers; rank 0 tells them.
+      if (world.rank() != 0 && std::freopen("/dev/null", "w", stdout) == nullptr) {
+        throw gpubatch::error("training: cannot silence rank " + std::to_string(world.rank()));
+      }
+      std::printf("%s\n", gpubatch::to_string(gpubatch::best_available_choice()).c_str());
+      std::printf("data-parallel on %d ranks\n", world.size());
+      return gpubatch::with_best_available([&](auto exec) { return run(exec, opt); });
+    });
+#else
     const options opt = parse(argc, argv);
     // One code path for both machines: the GPU when this file's kernels run on it, else the CPU.
     std::printf("%s\n", gpubatch::to_string(gpubatch::best_available_choice()).c_str());
     return gpubatch::with_best_available([&](auto exec) { return run(exec, opt); });
+#endif
   } catch (const std::exception& e) {
     std::fprintf(stderr, "training: %s\n", e.what());
     return 1;

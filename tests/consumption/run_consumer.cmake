@@ -1,6 +1,7 @@
 # cmake -P run_consumer.cmake: builds, runs and installs tests/consumption/consumer against this
 # checkout. Inputs: MODE (fetchcontent | add_subdirectory | find_package), SOURCE_DIR (gpubatch's
-# root), WORK_DIR (scratch folder), GENERATOR, CXX_COMPILER.
+# root), WORK_DIR (scratch folder), GENERATOR, CXX_COMPILER; HAS_MPI (gpubatch::mpi must be
+# available to the consumer).
 cmake_minimum_required(VERSION 3.24)
 
 # Runs a step; its output is left in `step_output`.
@@ -53,6 +54,13 @@ if(step_output MATCHES "gpubatch: CUDA targets")
 endif()
 run("build consumer" ${CMAKE_COMMAND} --build "${WORK_DIR}/consumer-build")
 run("run consumer" "${WORK_DIR}/consumer-build/consumer")
+# The MPI component, where gpubatch found MPI (HAS_MPI: gpubatch's own build did).
+if(HAS_MPI AND NOT EXISTS "${WORK_DIR}/consumer-build/consumer_mpi")
+  fail("gpubatch::mpi was not available to the consumer")
+endif()
+if(EXISTS "${WORK_DIR}/consumer-build/consumer_mpi")
+  run("run consumer_mpi" "${WORK_DIR}/consumer-build/consumer_mpi")
+endif()
 run("install consumer" ${CMAKE_COMMAND} --install "${WORK_DIR}/consumer-build"
     --prefix "${WORK_DIR}/consumer-prefix")
 require_installed("${WORK_DIR}/consumer-prefix" "lib*/libconsumer_ops.a")

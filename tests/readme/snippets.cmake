@@ -13,6 +13,13 @@
 #               after `#include <gpubatch/gpubatch.hpp>`, instantiated with host_exec (and
 #               with cuda_exec under nvcc); `<!-- snippet: context=file -->` states the default
 #
+# The same comment may hold more settings, separated by spaces:
+#   link=<target>  the block also links <target> (an optional component, e.g. gpubatch::mpi);
+#                  when the target does not exist in this build, the block's tests are left out
+#                  with a STATUS message
+#   ranks=<n>      a program runs under the MPI launcher on n ranks (cmake/GpubatchMpiTesting)
+# e.g. `<!-- snippet: link=gpubatch::mpi ranks=2 -->`.
+#
 # Tests, named after the heading above the block (a second block under it gets _2, ...):
 #   <prefix>.<heading>.host       builds it with the host compiler (labels host, readme)
 #   <prefix>.<heading>.host.run   runs it, if it is a program (labels host, readme)
@@ -96,17 +103,27 @@ function(gpubatch_add_markdown_snippets markdown prefix)
       string(REGEX REPLACE "(^|\n)${indent}" "\\1" body "${body}")
     endif()
 
-    # What kind of block.
+    # What kind of block, what it links, how it runs.
     set(context file)
+    set(link "")
+    set(ranks "")
     if(before MATCHES "<!--[ \t]*snippet:([^\n]*)-->[ \t]*\n[ \t]*$")
       string(STRIP "${CMAKE_MATCH_1}" annotation)
-      if(annotation MATCHES "^context=(file|function)$")
-        set(context ${CMAKE_MATCH_1})
-      else()
-        math(EXPR annotation_line "${fence_line} - 1")
-        message(FATAL_ERROR "${markdown}:${annotation_line}: unknown snippet annotation "
-                            "'${annotation}' (context=file or context=function)")
-      endif()
+      separate_arguments(settings UNIX_COMMAND "${annotation}")
+      foreach(setting IN LISTS settings)
+        if(setting MATCHES "^context=(file|function)$")
+          set(context ${CMAKE_MATCH_1})
+        elseif(setting MATCHES "^link=(.+)$")
+          set(link ${CMAKE_MATCH_1})
+        elseif(setting MATCHES "^ranks=([1-9][0-9]*)$")
+          set(ranks ${CMAKE_MATCH_1})
+        else()
+          math(EXPR annotation_line "${fence_line} - 1")
+          message(FATAL_ERROR "${markdown}:${annotation_line}: unknown snippet annotation "
+                              "'${setting}' (context=file, context=function, link=<target>, "
+                              "ranks=<n>)")
+        endif()
+      endforeach()
     endif()
     set(program OFF)
     if(context STREQUAL "file" AND body MATCHES "(^|\n)[ \t]*int[ \t]+main[ \t]*\\(")
@@ -128,6 +145,11 @@ function(gpubatch_add_markdown_snippets markdown prefix)
     endwhile()
     list(APPEND slugs ${slug})
     set(${target_prefix}_${slug}_LINE ${body_line} PARENT_SCOPE)
+    if(link AND NOT TARGET ${link})
+      message(STATUS "${markdown_name}: the block under '${heading}' needs ${link}, which this "
+                     "build lacks: its tests are left out")
+      continue()
+    endif()
 
     # A block using DLPack needs its header (tests/CMakeLists.txt looks for it).
     if(body MATCHES "#include <gpubatch/dlpack.hpp>" AND NOT TARGET dlpack::dlpack)
@@ -166,16 +188,22 @@ function(gpubatch_add_markdown_snippets markdown prefix)
       else()
         add_library(${target} OBJECT EXCLUDE_FROM_ALL "${file}")
       endif()
-      target_link_libraries(${target} PRIVATE gpubatch::gpubatch gpubatch_dev_options
+      target_link_libraries(${target} PRIVATE gpubatch::gpubatch ${link} gpubatch_dev_options
                                               $<TARGET_NAME_IF_EXISTS:dlpack::dlpack>)
       add_test(NAME ${test} COMMAND ${CMAKE_COMMAND} --build "${CMAKE_BINARY_DIR}" --target ${target})
       set_tests_properties(${test} PROPERTIES LABELS "${label};readme"
                            RESOURCE_LOCK gpubatch_build_tree)
       if(program)
         set_tests_properties(${test} PROPERTIES FIXTURES_SETUP ${target})
-        add_test(NAME ${test}.run COMMAND ${target})
-        set_tests_properties(${test}.run PROPERTIES LABELS "${label};readme"
-                             FIXTURES_REQUIRED ${target})
+        if(ranks)
+          include(GpubatchMpiTesting)
+          gpubatch_add_mpi_test(${test}.run ${ranks} $<TARGET_FILE:${target}>)
+          set_tests_properties(${test}.run PROPERTIES LABELS "${label};readme;mpi")
+        else()
+          add_test(NAME ${test}.run COMMAND ${target})
+          set_tests_properties(${test}.run PROPERTIES LABELS "${label};readme")
+        endif()
+        set_tests_properties(${test}.run PROPERTIES FIXTURES_REQUIRED ${target})
       endif()
     endforeach()
   endwhile()
