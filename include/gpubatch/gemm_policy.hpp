@@ -5,12 +5,22 @@
 #pragma once
 
 #include <gpubatch/config.hpp>
+#include <gpubatch/numeric.hpp>
 #include <gpubatch/views.hpp>
 
 #include <cstdint>
 #include <type_traits>
 
 namespace gpubatch {
+
+namespace detail {
+/// Registers per thread with which `blocks` blocks of `threads` threads fit one multiprocessor's
+/// 64 Ki: allocated in steps of 8, at most 255.
+constexpr int register_budget(int threads, int blocks) {
+  const int registers = 65536 / (threads * blocks) / 8 * 8;
+  return registers > 255 ? 255 : registers;
+}
+}  // namespace detail
 
 /// @brief A GEMM tuning policy. Every member is a compile-time constant; an invalid
 /// combination fails to compile with a message that says what is wrong.
@@ -24,8 +34,13 @@ namespace gpubatch {
 ///         uniform GEMM batch (strided or pointer-array) or a convolution; larger batches are
 ///         split across launches on the same stream. Tiny problems, and grouped batches (whose
 ///         tiles a grid of resident blocks walks), always take one launch.
+/// @tparam MinBlocksPerSm blocks of this policy one streaming multiprocessor is designed to hold
+///         at once. It sets the kernels' register budget, 64 Ki registers shared by
+///         MinBlocksPerSm * threads threads (max_registers), which the kernels ask of the compiler
+///         (`__launch_bounds__`) and the kernel audit (scripts/kernel-audit) checks: a budget the
+///         code cannot meet shows up as spills there, not as a silent loss of occupancy.
 template <int TileM, int TileN, int TileK, int Warps, int Stages, int ProblemsPerBlock = 1,
-          std::int64_t MaxBlocksPerLaunch = 65535>
+          std::int64_t MaxBlocksPerLaunch = 65535, int MinBlocksPerSm = 1>
 struct gemm_policy {
   static_assert(TileM > 0 && (TileM & (TileM - 1)) == 0,
                 "gpubatch::gemm_policy: TileM must be a positive power of two");
@@ -42,6 +57,9 @@ struct gemm_policy {
   static_assert(ProblemsPerBlock >= 1, "gpubatch::gemm_policy: ProblemsPerBlock must be >= 1");
   static_assert(MaxBlocksPerLaunch >= 1 && MaxBlocksPerLaunch <= 65535,
                 "gpubatch::gemm_policy: MaxBlocksPerLaunch must be 1 to 65535 (grid.y limit)");
+  static_assert(MinBlocksPerSm >= 1 && MinBlocksPerSm * Warps * 32 <= 2048,
+                "gpubatch::gemm_policy: MinBlocksPerSm must be at least 1 and its blocks' "
+                "threads at most 2048 (what one multiprocessor holds)");
 
   static constexpr int tile_m = TileM;
   static constexpr int tile_n = TileN;
@@ -51,6 +69,10 @@ struct gemm_policy {
   static constexpr int stages = Stages;
   static constexpr int problems_per_block = ProblemsPerBlock;
   static constexpr std::int64_t max_blocks_per_launch = MaxBlocksPerLaunch;
+  static constexpr int min_blocks_per_sm = MinBlocksPerSm;
+  /// Registers a thread may use so that min_blocks_per_sm blocks fit one multiprocessor's 64 Ki
+  /// (allocated in steps of 8 per thread, at most 255).
+  static constexpr int max_registers = detail::register_budget(Warps * 32, MinBlocksPerSm);
   /// Whether the policy drives the tensor-core kernel (see tensor_core_policy).
   static constexpr bool tensor_cores = false;
   /// C elements each thread accumulates in registers.
@@ -70,9 +92,9 @@ struct gemm_policy {
 /// whole number of 16 x 16 fragments. TileK must be a multiple of the MMA depth (16 for f16,
 /// bf16 and int8; 8 for TF32), checked when the policy meets its element type.
 template <int TileM, int TileN, int TileK, int Warps, int Stages,
-          std::int64_t MaxBlocksPerLaunch = 65535>
+          std::int64_t MaxBlocksPerLaunch = 65535, int MinBlocksPerSm = 1>
 struct tensor_core_policy
-    : gemm_policy<TileM, TileN, TileK, Warps, Stages, 1, MaxBlocksPerLaunch> {
+    : gemm_policy<TileM, TileN, TileK, Warps, Stages, 1, MaxBlocksPerLaunch, MinBlocksPerSm> {
   static_assert(TileM >= 16 && TileN >= 16,
                 "gpubatch::tensor_core_policy: TileM and TileN must be at least 16 (one fragment)");
   static_assert((Warps & (Warps - 1)) == 0,
@@ -109,11 +131,15 @@ struct default_gemm_policy {
   // steps of 8 for f64, whose 64 accumulators already take 128 of the 255 registers a thread
   // may have (16 would spill the prefetch registers).
   // (Untuned starting points; the measurements in docs/benchmarks.md are what they earned.)
+  // Blocks per SM (the register budget, see gemm_policy): tiny 4 of 128 threads (128 registers:
+  // 8 accumulators, the staging loop and the problem table's addressing); medium 2 of 256 (128:
+  // 16 accumulators, 8 prefetch registers, f64 taking two each); large 1 (255: the 8 x 8 tile is
+  // built for reuse, not occupancy, and f32 needs about 210).
   static constexpr int large_tile_k = sizeof(T) > 4 ? 8 : 16;
   using type = std::conditional_t<
-      Size == size_class::tiny, gemm_policy<32, 32, 32, 4, 1, 16>,
-      std::conditional_t<Size == size_class::medium, gemm_policy<64, 64, 16, 8, 2>,
-                         gemm_policy<128, 128, large_tile_k, 8, 2>>>;
+      Size == size_class::tiny, gemm_policy<32, 32, 32, 4, 1, 16, 65535, 4>,
+      std::conditional_t<Size == size_class::medium, gemm_policy<64, 64, 16, 8, 2, 1, 65535, 2>,
+                         gemm_policy<128, 128, large_tile_k, 8, 2, 1, 65535, 1>>>;
 };
 
 /// @brief The default tensor-core policy for element type `T` (f16, bf16, int8, f32 as TF32),
@@ -124,9 +150,17 @@ struct default_tensor_core_policy {
   static constexpr int tile_k = 64 / static_cast<int>(sizeof(T));
   // Medium: 64 x 64 with 4 warps (32 x 32 each) keeps many blocks in flight per problem.
   // Large: 128 x 128 with 8 warps (64 x 32 each) for reuse; 3 stages hide global latency.
+  // Blocks per SM (the register budget, see gemm_policy): medium 4 of 128 threads, large 2 of
+  // 256, both 128 registers: the accumulator fragments, the cp.async addressing and the
+  // fragments in flight fit, and the pipeline's shared memory lets that many blocks share an SM.
+  // TF32's and bf16's large tiles are the exception, 1 block (255 registers): held to 128 they
+  // spill (TF32's f32 operand fragments take twice the registers; bf16's strided kernel needs
+  // about 170).
+  static constexpr int large_blocks =
+      std::is_same_v<T, float> || std::is_same_v<T, bfloat16> ? 1 : 2;
   using type = std::conditional_t<Size == size_class::large,
-                                  tensor_core_policy<128, 128, tile_k, 8, 3>,
-                                  tensor_core_policy<64, 64, tile_k, 4, 3>>;
+                                  tensor_core_policy<128, 128, tile_k, 8, 3, 65535, large_blocks>,
+                                  tensor_core_policy<64, 64, tile_k, 4, 3, 65535, 4>>;
 };
 
 }  // namespace gpubatch

@@ -1,5 +1,6 @@
 // The GEMM logic both backends share: operand strides, launch splitting, the size classes and
 // the epilogue store.
+#include <gpubatch/conv_policy.hpp>
 #include <gpubatch/gemm.hpp>
 
 #include "../support/catch.hpp"
@@ -59,6 +60,22 @@ TEST_CASE("default policies are valid and fit in shared memory", "[gemm][shared]
   STATIC_REQUIRE(tiny::problems_per_block >= 1);
   STATIC_REQUIRE(large::shared_bytes<double>() <= 163 * 1024);  // sm_80's per-block maximum
   STATIC_REQUIRE(large::threads * large::accumulators_per_thread == large::tile_m * large::tile_n);
+}
+
+TEST_CASE("a policy's blocks per SM set its register budget", "[gemm][shared]") {
+  // 64 Ki registers shared by blocks x threads threads, in steps of 8, at most 255.
+  STATIC_REQUIRE(detail::register_budget(256, 2) == 128);
+  STATIC_REQUIRE(detail::register_budget(128, 3) == 168);  // 170.6, rounded down to 8
+  STATIC_REQUIRE(detail::register_budget(256, 1) == 255);
+  STATIC_REQUIRE(detail::register_budget(1024, 1) == 64);
+  STATIC_REQUIRE(gpubatch::gemm_policy<64, 64, 16, 8, 2>::min_blocks_per_sm == 1);
+  STATIC_REQUIRE(gpubatch::gemm_policy<64, 64, 16, 8, 2, 1, 65535, 2>::max_registers == 128);
+  STATIC_REQUIRE(gpubatch::tensor_core_policy<64, 64, 32, 4, 3, 65535, 4>::max_registers == 128);
+  using medium = gpubatch::default_gemm_policy<float, 90, gpubatch::size_class::medium>::type;
+  using conv_medium =
+      gpubatch::default_conv2d_policy<gpubatch::half, 90, gpubatch::size_class::medium>::type;
+  STATIC_REQUIRE(medium::min_blocks_per_sm == 2);
+  STATIC_REQUIRE(conv_medium::tensor_cores && conv_medium::max_registers == 168);
 }
 
 TEST_CASE("the epilogue store reads C only when beta is nonzero", "[gemm][shared]") {

@@ -160,9 +160,6 @@ TEST_CASE("tile schedule: grid size", "[gemm][tile_schedule]") {
                                264) == 264);  // count x tiles would overflow
   CHECK(schedule::walking_grid(0, bounds, 64, 64, 264) == 1);
   CHECK(schedule::walking_grid(5, bounds, 64, 64, 0) == 1);
-  CHECK(schedule::blocks_at_128_registers(128) == 4);
-  CHECK(schedule::blocks_at_128_registers(256) == 2);
-  CHECK(schedule::blocks_at_128_registers(1024) == 1);
 }
 
 TEST_CASE("tile schedule: every tile of a ragged grouped batch dealt exactly once",

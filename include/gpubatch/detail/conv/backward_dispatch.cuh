@@ -24,8 +24,8 @@
 GPUBATCH_NAMESPACE_BEGIN
 namespace detail::cuda_conv {
 
-/// Calls f(policy_tag<P>{}) with the forced policy or the default SIMT policy of the accumulate
-/// type for the architecture and size class.
+/// Calls f(policy_tag<P>{}) with the forced policy or the default SIMT convolution policy of the
+/// accumulate type for the architecture and size class.
 template <class Policy, class Compute, class F>
 void with_backward_policy(int arch, size_class size, F&& f) {
   if constexpr (!std::is_void_v<Policy>) {
@@ -38,9 +38,9 @@ void with_backward_policy(int arch, size_class size, F&& f) {
     const auto pick = [&](auto arch_tag) {
       constexpr int A = decltype(arch_tag)::value;
       if (size == size_class::large) {
-        f(policy_tag<typename default_gemm_policy<Compute, A, size_class::large>::type>{});
+        f(policy_tag<typename default_conv2d_policy<Compute, A, size_class::large, false>::type>{});
       } else {
-        f(policy_tag<typename default_gemm_policy<Compute, A, size_class::medium>::type>{});
+        f(policy_tag<typename default_conv2d_policy<Compute, A, size_class::medium, false>::type>{});
       }
     };
     if (arch >= 90) {

@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 GPUBATCH_NAMESPACE_BEGIN
 namespace detail::cuda_conv {
@@ -70,9 +71,9 @@ void with_policy(int arch, size_class size, bool tf32, F&& f) {
       if constexpr (std::is_same_v<E, float>) {
         if (tf32 && arch >= 80) {  // allowed, not required: below sm_80 f32 stays on SIMT
           if (size == size_class::large) {
-            f(policy_tag<typename default_tensor_core_policy<E, A, size_class::large>::type>{});
+            f(policy_tag<typename default_conv2d_policy<E, A, size_class::large, true>::type>{});
           } else {
-            f(policy_tag<typename default_tensor_core_policy<E, A, size_class::medium>::type>{});
+            f(policy_tag<typename default_conv2d_policy<E, A, size_class::medium, true>::type>{});
           }
           return;
         }
@@ -165,6 +166,20 @@ std::size_t workspace_bytes(const conv::fprop_batch<TX, TW, TY>& batch) {
   return bytes;
 }
 
+/// Dynamic shared memory a launch of the implicit-GEMM kernels with `Policy` asks for (the
+/// kernels declare no static shared memory).
+template <class Policy, class Batch, class Compute>
+constexpr std::int64_t implicit_shared_bytes() {
+  if constexpr (Policy::tensor_cores) {
+    using element = std::remove_const_t<
+        std::remove_pointer_t<decltype(std::declval<const Batch&>().problem(0).x)>>;
+    return tensor_core::geometry<Policy, element>::shared_bytes;
+  } else {
+    return std::int64_t{Policy::stages} * (Policy::tile_m + Policy::tile_n) * Policy::tile_k *
+           static_cast<std::int64_t>(sizeof(Compute));
+  }
+}
+
 template <class Policy, class Batch, class Compute, class Epilogue>
 void launch_implicit(cudaStream_t stream, const Batch& batch, index_t max_m, index_t max_n,
                      split_k<Compute> split, Compute alpha, Compute beta,
@@ -177,8 +192,7 @@ void launch_implicit(cudaStream_t stream, const Batch& batch, index_t max_m, ind
   const index_t count = batch.count();
   const index_t launches = launch_count(count, Policy::max_blocks_per_launch);
   if constexpr (Policy::tensor_cores) {
-    using element = std::remove_const_t<std::remove_pointer_t<decltype(batch.problem(0).x)>>;
-    constexpr std::int64_t shared_bytes = tensor_core::geometry<Policy, element>::shared_bytes;
+    constexpr std::int64_t shared_bytes = implicit_shared_bytes<Policy, Batch, Compute>();
     const auto kernel = tensor_core_conv_kernel<Policy, Batch, Compute, Epilogue>;
     cuda_gemm::allow_shared_bytes(kernel, shared_bytes);
     for (index_t l = 0; l < launches; ++l) {
@@ -190,9 +204,7 @@ void launch_implicit(cudaStream_t stream, const Batch& batch, index_t max_m, ind
       GPUBATCH_CUDA_TRY(cudaGetLastError());
     }
   } else {
-    constexpr std::int64_t shared_bytes = std::int64_t{Policy::stages} *
-                                          (Policy::tile_m + Policy::tile_n) * Policy::tile_k *
-                                          static_cast<std::int64_t>(sizeof(Compute));
+    constexpr std::int64_t shared_bytes = implicit_shared_bytes<Policy, Batch, Compute>();
     static_assert(shared_bytes <= 227 * 1024,
                   "gpubatch::gemm_policy: the tile needs more shared memory than a block can have "
                   "(227 KiB on sm_90); use a smaller tile or fewer stages");

@@ -48,7 +48,7 @@ struct split_k {
 /// One output tile of one implicit GEMM per block. Every problem of a launch has the same
 /// m and n (uniform batches) or at most the bounds the grid was sized from (grouped batches).
 template <class Policy, class Batch, class Compute, class Epilogue>
-GPUBATCH_KERNEL void __launch_bounds__(Policy::threads)
+GPUBATCH_KERNEL void __launch_bounds__(Policy::threads, Policy::min_blocks_per_sm)
     implicit_gemm_kernel(Batch batch, index_t first_problem, index_t tiles_n,
                          split_k<Compute> split, Compute alpha, Compute beta, Epilogue epilogue) {
   constexpr int BM = Policy::tile_m, BN = Policy::tile_n, BK = Policy::tile_k;
@@ -156,7 +156,7 @@ GPUBATCH_KERNEL void __launch_bounds__(Policy::threads)
 /// One output tile of one implicit GEMM per block on tensor cores (no split-K): grid.x walks
 /// output tiles, grid.y implicit GEMMs, as implicit_gemm_kernel.
 template <class Policy, class Batch, class Compute, class Epilogue>
-GPUBATCH_KERNEL void __launch_bounds__(Policy::threads)
+GPUBATCH_KERNEL void __launch_bounds__(Policy::threads, Policy::min_blocks_per_sm)
     tensor_core_conv_kernel(Batch batch, index_t first_problem, index_t tiles_n, Compute alpha,
                             Compute beta, Epilogue epilogue) {
 #if GPUBATCH_DEVICE_CODE && GPUBATCH_DEVICE_ARCH < 800

@@ -236,8 +236,8 @@ void launch_tiny(cudaStream_t stream, const Batch& batch, const tiny::block_boun
   const auto shared_bytes = static_cast<std::size_t>(
       table_bytes +
       ppb * (bounds.max_m + bounds.max_n) * k_chunk * static_cast<index_t>(sizeof(Compute)));
-  launch(tiny_gemm_kernel<threads, outputs_per_thread, Policy::problems_per_block, Batch, Compute,
-                          Epilogue>,
+  launch(tiny_gemm_kernel<threads, Policy::min_blocks_per_sm, outputs_per_thread,
+                          Policy::problems_per_block, Batch, Compute, Epilogue>,
          launch_config{static_cast<unsigned>(blocks), threads, shared_bytes, stream}, batch,
          tiny_shape{static_cast<int>(ppb), static_cast<int>(k_chunk), bounds}, alpha, beta,
          epilogue);

@@ -49,9 +49,9 @@ struct tiny_shape {
 /// The block reads its problems' descriptors once into shared memory; thread t owns outputs
 /// t, t + Threads, ... of the block's problems laid end to end, so small problems keep every
 /// thread busy. The phases between the barriers are the shared code of detail/gemm/tiny_block.hpp.
-template <int Threads, int OutputsPerThread, int MaxProblems, class Batch, class Compute,
-          class Epilogue>
-GPUBATCH_KERNEL void __launch_bounds__(Threads)
+template <int Threads, int MinBlocksPerSm, int OutputsPerThread, int MaxProblems, class Batch,
+          class Compute, class Epilogue>
+GPUBATCH_KERNEL void __launch_bounds__(Threads, MinBlocksPerSm)
     tiny_gemm_kernel(Batch batch, tiny_shape shape, Compute alpha, Compute beta, Epilogue epilogue) {
   using instance = std::remove_cv_t<decltype(batch.problem(0))>;
   using table_type = tiny::block_table<instance, MaxProblems>;
@@ -217,7 +217,7 @@ GPUBATCH_DEVICE void tiled_gemm_tile(const Instance& problem, index_t b, index_t
 /// Uniform batches: one C tile per block; grid.x walks the tiles of a problem, grid.y the
 /// problems of this launch (starting at `first_problem`).
 template <class Policy, class Batch, class Compute, class Epilogue>
-GPUBATCH_KERNEL void __launch_bounds__(Policy::threads)
+GPUBATCH_KERNEL void __launch_bounds__(Policy::threads, Policy::min_blocks_per_sm)
     tiled_gemm_kernel(Batch batch, index_t first_problem, index_t tiles_n, Compute alpha,
                       Compute beta, Epilogue epilogue) {
   tile_schedule::block_tile<Policy::tile_m, Policy::tile_n>(
@@ -230,7 +230,7 @@ GPUBATCH_KERNEL void __launch_bounds__(Policy::threads)
 /// Grouped batches: a grid of resident blocks, each walking the batch's C tiles
 /// (detail/gemm/tile_schedule.hpp), so problems smaller than the bounds cost no blocks.
 template <class Policy, class Batch, class Compute, class Epilogue>
-GPUBATCH_KERNEL void __launch_bounds__(Policy::threads)
+GPUBATCH_KERNEL void __launch_bounds__(Policy::threads, Policy::min_blocks_per_sm)
     grouped_tiled_gemm_kernel(Batch batch, Compute alpha, Compute beta, Epilogue epilogue) {
   GPUBATCH_DYNAMIC_SHARED(unsigned char, walk_shared, 16);
   tile_schedule::walk_grouped_tiles<Policy::threads, Policy::tile_m, Policy::tile_n>(

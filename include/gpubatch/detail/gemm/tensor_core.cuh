@@ -208,7 +208,7 @@ GPUBATCH_DEVICE void tensor_core_tile(const Instance& problem, index_t b, index_
 /// Uniform batches: one C tile per block; grid.x walks the tiles of a problem, grid.y the
 /// problems of this launch (from `first_problem`).
 template <class Policy, class Batch, class Compute, class Epilogue>
-GPUBATCH_KERNEL void __launch_bounds__(Policy::threads)
+GPUBATCH_KERNEL void __launch_bounds__(Policy::threads, Policy::min_blocks_per_sm)
     tensor_core_gemm_kernel(Batch batch, index_t first_problem, index_t tiles_n, Compute alpha,
                             Compute beta, Epilogue epilogue) {
 #if GPUBATCH_DEVICE_CODE && GPUBATCH_DEVICE_ARCH < 800
@@ -224,13 +224,13 @@ GPUBATCH_KERNEL void __launch_bounds__(Policy::threads)
 }
 
 /// Grouped batches: a grid of resident blocks, each walking the batch's C tiles
-/// (detail/gemm/tile_schedule.hpp), so problems smaller than the bounds cost no blocks. Held to
-/// 128 registers per thread: left free, the walk's tile placement and descriptor (per-thread
-/// values where the one-tile kernel's come from blockIdx and uniform registers) took the f16
-/// 128 x 128 tile from 126 to 164 registers and from two blocks per SM to one.
+/// (detail/gemm/tile_schedule.hpp), so problems smaller than the bounds cost no blocks. The
+/// policy's register budget matters most here: left free, the walk's tile placement and
+/// descriptor (per-thread values where the one-tile kernel's come from blockIdx and uniform
+/// registers) took the f16 128 x 128 tile from 126 to 164 registers and from two blocks per SM
+/// to one.
 template <class Policy, class Batch, class Compute, class Epilogue>
-GPUBATCH_KERNEL void __launch_bounds__(Policy::threads,
-                                       tile_schedule::blocks_at_128_registers(Policy::threads))
+GPUBATCH_KERNEL void __launch_bounds__(Policy::threads, Policy::min_blocks_per_sm)
     grouped_tensor_core_gemm_kernel(Batch batch, Compute alpha, Compute beta, Epilogue epilogue) {
 #if GPUBATCH_DEVICE_CODE && GPUBATCH_DEVICE_ARCH < 800
   (void)batch, (void)alpha, (void)beta, (void)epilogue;

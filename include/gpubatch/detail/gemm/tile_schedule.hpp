@@ -96,12 +96,5 @@ GPUBATCH_HOST_DEVICE constexpr index_t walking_grid(index_t count,
   return count > resident / per_problem ? resident : count * per_problem;
 }
 
-/// Blocks of `threads` threads one SM (64 Ki registers) holds at 128 registers per thread, at
-/// least one: the minimum a walking kernel asks of __launch_bounds__ to keep its occupancy.
-GPUBATCH_HOST_DEVICE constexpr int blocks_at_128_registers(int threads) {
-  const int blocks = 65536 / (threads * 128);
-  return blocks > 0 ? blocks : 1;
-}
-
 }  // namespace detail::tile_schedule
 GPUBATCH_NAMESPACE_END
