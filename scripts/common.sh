@@ -50,3 +50,15 @@ gpubatch_catch2_v3_prefix() {
   fi
   echo "$dir/usr"
 }
+
+# cuobjdump (and nvdisasm) for the kernel audit, in a private prefix: the CUDA toolkit's
+# packages on some systems lack them. Pinned versions from PyPI; prints the bin directory.
+gpubatch_cuda_tools() {
+  local dir="$GPUBATCH_ROOT/.deps/cuda-tools"
+  local bin="$dir/nvidia/cu13/bin"
+  if [ ! -x "$bin/cuobjdump" ]; then
+    python3 -m pip install --quiet --disable-pip-version-check --no-deps --target "$dir" \
+      nvidia-cuda-cuobjdump==13.2.51 nvidia-cuda-nvdisasm==13.2.51 >&2 || return 1
+  fi
+  echo "$bin"
+}

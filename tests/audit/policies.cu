@@ -1,0 +1,110 @@
+// Prints what the default policies state for each kernel they dispatch to: threads, blocks per
+// SM (and so the register budget) and the dynamic shared memory a launch asks for, computed by
+// the dispatch's own functions. scripts/kernel-audit joins it with the compiled kernels'
+// resource usage. A host program: it launches nothing and needs no GPU.
+#include <gpubatch/gpubatch.hpp>
+
+#include <cstdint>
+#include <cstdio>
+#include <type_traits>
+
+namespace {
+
+namespace gb = gpubatch;
+namespace gd = gpubatch::detail;
+
+template <class T>
+const char* name_of() {
+  if constexpr (std::is_same_v<T, float>) return "f32";
+  else if constexpr (std::is_same_v<T, double>) return "f64";
+  else if constexpr (std::is_same_v<T, gb::half>) return "f16";
+  else if constexpr (std::is_same_v<T, gb::bfloat16>) return "bf16";
+  else if constexpr (std::is_same_v<T, std::int8_t>) return "i8";
+  else return "i32";
+}
+
+// One row: the kernel family, the policy, the type its shared memory is sized by (the compute
+// type on SIMT kernels, the operand type on tensor cores) and the bytes a launch asks for.
+template <class Policy, class Type>
+void row(const char* family, std::int64_t shared_bytes) {
+  std::printf("family=%s policy=%d,%d,%d,%d,%d,%d,%d type=%s threads=%d min_blocks=%d "
+              "max_registers=%d shared=%lld\n",
+              family, Policy::tile_m, Policy::tile_n, Policy::tile_k, Policy::warps,
+              Policy::stages, Policy::problems_per_block, Policy::min_blocks_per_sm,
+              name_of<Type>(), Policy::threads, Policy::min_blocks_per_sm, Policy::max_registers,
+              static_cast<long long>(shared_bytes));
+}
+
+template <int Arch, class T, gb::size_class Size>
+void gemm_rows() {
+  using compute = gb::compute_type_t<T>;
+  using uniform = gd::strided_gemm_batch<T, T, compute>;
+  using grouped = gd::grouped_gemm_batch<T, T, compute>;
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+    using P = typename gb::default_gemm_policy<T, Arch, Size>::type;
+    row<P, compute>("tiled_gemm_kernel",
+                    gd::cuda_gemm::tiled_shared_bytes<P, uniform, compute>());
+    row<P, compute>("grouped_tiled_gemm_kernel",
+                    gd::cuda_gemm::tiled_shared_bytes<P, grouped, compute>());
+  }
+  if constexpr (gd::tensor_core::supported_v<T>) {
+    using P = typename gb::default_tensor_core_policy<T, Arch, Size>::type;
+    row<P, T>("tensor_core_gemm_kernel", gd::cuda_gemm::tiled_shared_bytes<P, uniform, compute>());
+    row<P, T>("grouped_tensor_core_gemm_kernel",
+              gd::cuda_gemm::tiled_shared_bytes<P, grouped, compute>());
+  }
+}
+
+template <class P, class T>
+void conv_row() {
+  using compute = gb::compute_type_t<T>;
+  using batch = gd::conv::fprop_batch<T, T, compute>;
+  if constexpr (P::tensor_cores) {
+    row<P, T>("tensor_core_conv_kernel", gd::cuda_conv::implicit_shared_bytes<P, batch, compute>());
+  } else {
+    row<P, compute>("implicit_gemm_kernel",
+                    gd::cuda_conv::implicit_shared_bytes<P, batch, compute>());
+  }
+}
+
+template <int Arch, class T, gb::size_class Size>
+void conv_rows() {
+  conv_row<typename gb::default_conv2d_policy<T, Arch, Size>::type, T>();
+  if constexpr (std::is_same_v<T, float>) {  // TF32
+    conv_row<typename gb::default_conv2d_policy<T, Arch, Size, true>::type, T>();
+  }
+  // The backward passes: the SIMT policy of the accumulate type.
+  if constexpr (!std::is_same_v<T, std::int8_t>) {
+    using compute = gb::compute_type_t<T>;
+    conv_row<typename gb::default_conv2d_policy<compute, Arch, Size, false>::type, compute>();
+  }
+}
+
+template <int Arch, class T>
+void rows_of() {
+  using tiny = typename gb::default_gemm_policy<T, Arch, gb::size_class::tiny>::type;
+  // The tiny kernel sizes its shared memory per launch, always within 48 KiB (no opt-in).
+  row<tiny, gb::compute_type_t<T>>("tiny_gemm_kernel", 48 * 1024);
+  gemm_rows<Arch, T, gb::size_class::medium>();
+  gemm_rows<Arch, T, gb::size_class::large>();
+  conv_rows<Arch, T, gb::size_class::medium>();
+  conv_rows<Arch, T, gb::size_class::large>();
+}
+
+template <int Arch>
+void arch_rows() {
+  std::printf("arch=%d\n", Arch);
+  rows_of<Arch, float>();
+  rows_of<Arch, double>();
+  rows_of<Arch, gb::half>();
+  rows_of<Arch, gb::bfloat16>();
+  rows_of<Arch, std::int8_t>();
+}
+
+}  // namespace
+
+int main() {
+  arch_rows<80>();
+  arch_rows<90>();
+  return 0;
+}
