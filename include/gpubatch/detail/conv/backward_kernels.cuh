@@ -9,6 +9,7 @@
 #include <gpubatch/config.hpp>
 #include <gpubatch/detail/conv/backward_problem.hpp>
 #include <gpubatch/detail/conv/problem.hpp>
+#include <gpubatch/detail/conv/radix_walk.hpp>
 #include <gpubatch/detail/gemm/problem.hpp>
 #include <gpubatch/epilogue.hpp>
 #include <gpubatch/numeric.hpp>
@@ -40,15 +41,19 @@ GPUBATCH_KERNEL void __launch_bounds__(Threads)
     bias_gradient_kernel(conv::conv2d_geometry geo, const TDY* dy, TB* db, bool per_sample,
                          Compute alpha, Compute beta) {
   __shared__ Compute partial[Threads];
+  // Division-free index math (radix_walk): 64-bit division calls a subroutine, around which
+  // the f64 kernel spilled.
   const index_t out = static_cast<index_t>(blockIdx.x);
-  const index_t channel = out % geo.k;
-  const index_t first = per_sample ? out / geo.k : 0;
+  const radix_walk<2> place(blockIdx.x, 0, {geo.k});
+  const index_t channel = place.digit[1];
+  const index_t first = per_sample ? place.digit[0] : 0;
   const index_t samples = per_sample ? 1 : geo.n;
   const index_t pixels = geo.pixels();
   Compute sum = Compute(0);
-  for (index_t e = threadIdx.x; e < samples * pixels; e += Threads) {
-    const index_t local = e / pixels;
-    sum += convert<Compute>(dy[geo.y_offset(first + local, channel, e - local * pixels)]);
+  if (pixels > 0) {
+    for (radix_walk<2> e(threadIdx.x, Threads, {pixels}); e.digit[0] < samples; e.advance()) {
+      sum += convert<Compute>(dy[geo.y_offset(first + e.digit[0], channel, e.digit[1])]);
+    }
   }
   sum = block_sum<Threads>(sum, partial);
   if (threadIdx.x == 0) {
@@ -122,26 +127,31 @@ GPUBATCH_KERNEL void __launch_bounds__(Threads)
     depthwise_wgrad_kernel(conv::wgrad_batch<TX, TDY, TDW> batch, Compute alpha, Compute beta) {
   __shared__ Compute partial[Threads];
   const conv::conv2d_geometry& geo = batch.geo;
-  const index_t k = static_cast<index_t>(blockIdx.x) % geo.k;
-  const index_t set = static_cast<index_t>(blockIdx.x) / geo.k;
+  // Division-free index math (radix_walk) and 32-bit tap math: 64-bit division calls a
+  // subroutine, around which the f64 kernel with 49 taps spilled.
+  // One block per (set, k), so K and K / groups are below 2^31: 32-bit division.
+  const auto channels = static_cast<std::uint32_t>(geo.k);
+  const index_t k = blockIdx.x % channels;
+  const index_t set = blockIdx.x / channels;
   const index_t first = batch.per_sample ? set : 0;
   const index_t samples = batch.per_sample ? 1 : batch.samples;
-  const index_t pixels = geo.pixels();
   const index_t window = geo.r * geo.s;
-  const index_t c = k / geo.kg();
+  const index_t c = static_cast<std::uint32_t>(k) / static_cast<std::uint32_t>(geo.kg());
+  const int taps_s = static_cast<int>(geo.s);  // a filter row, at most MaxTaps
   Compute sums[MaxTaps];
 #pragma unroll
   for (int t = 0; t < MaxTaps; ++t) sums[t] = Compute(0);
-  for (index_t e = threadIdx.x; e < samples * pixels; e += Threads) {
-    const index_t local = e / pixels, pixel = e - local * pixels;
-    const index_t sample = batch.first_sample + first + local;
-    const index_t op = pixel / geo.q, oq = pixel % geo.q;
+  for (radix_walk<3> e(threadIdx.x, Threads, {geo.p > 0 ? geo.p : 1, geo.q > 0 ? geo.q : 1});
+       geo.pixels() > 0 && e.digit[0] < samples; e.advance()) {
+    const index_t sample = batch.first_sample + first + e.digit[0];
+    const index_t op = e.digit[1], oq = e.digit[2];
+    const index_t pixel = op * geo.q + oq;
     const Compute d = convert<Compute>(batch.dy[geo.y_offset(sample, k, pixel)]);
 #pragma unroll
     for (int t = 0; t < MaxTaps; ++t) {
       if (t >= window) break;
-      const index_t ih = op * geo.stride_h - geo.pad_h + (t / geo.s) * geo.dilation_h;
-      const index_t iw = oq * geo.stride_w - geo.pad_w + (t % geo.s) * geo.dilation_w;
+      const index_t ih = op * geo.stride_h - geo.pad_h + (t / taps_s) * geo.dilation_h;
+      const index_t iw = oq * geo.stride_w - geo.pad_w + (t % taps_s) * geo.dilation_w;
       if (ih >= 0 && ih < geo.h && iw >= 0 && iw < geo.w) {
         sums[t] += d * convert<Compute>(batch.x[geo.x_offset(sample, c, ih, iw)]);
       }

@@ -22,10 +22,12 @@
 
 #include <gpubatch/config.hpp>
 #include <gpubatch/detail/conv/problem.hpp>
+#include <gpubatch/detail/conv/radix_walk.hpp>
 #include <gpubatch/detail/gemm/kernels.cuh>
 #include <gpubatch/detail/gemm/problem.hpp>
 #include <gpubatch/detail/gemm/tensor_core.cuh>
 
+#include <cstdint>
 #include <type_traits>
 
 GPUBATCH_KERNELS_BEGIN
@@ -213,30 +215,29 @@ GPUBATCH_KERNEL void __launch_bounds__(Threads)
 }
 
 /// Depthwise (one input channel per group, any channel multiplier): one output per thread,
-/// grid-stride over N * K * P * Q outputs in storage order.
+/// grid-stride over N * K * P * Q outputs in storage order. Output channel ik = ic * multiplier
+/// + j, so the walk's digits are (sample, p, q, ic, j) for NHWC and (sample, ic, j, p, q) for
+/// NCHW.
 template <int Threads, class TX, class TW, class TY, class Compute, class Epilogue>
 GPUBATCH_KERNEL void __launch_bounds__(Threads)
     depthwise_kernel(conv::fprop_batch<TX, TW, TY> batch, Compute alpha, Compute beta,
                      Epilogue epilogue) {
   const conv::conv2d_geometry& geo = batch.geo;
-  const index_t pixels = geo.pixels();
-  const index_t total = geo.n * geo.k * pixels;
   const index_t multiplier = geo.kg();
-  const index_t step = static_cast<index_t>(gridDim.x) * Threads;
-  for (index_t idx = static_cast<index_t>(blockIdx.x) * Threads + threadIdx.x; idx < total;
-       idx += step) {
-    index_t sample, ik, pixel;
-    if (geo.nhwc()) {
-      ik = idx % geo.k;
-      pixel = (idx / geo.k) % pixels;
-      sample = idx / (geo.k * pixels);
-    } else {
-      pixel = idx % pixels;
-      ik = (idx / pixels) % geo.k;
-      sample = idx / (pixels * geo.k);
-    }
-    const index_t op = pixel / geo.q, oq = pixel % geo.q;
-    const index_t ic = ik / multiplier;
+  const auto start = static_cast<std::uint32_t>(blockIdx.x * Threads + threadIdx.x);
+  if (geo.n <= 0 || static_cast<index_t>(start) >= geo.n * geo.k * geo.pixels()) return;
+  const auto stride = static_cast<std::uint32_t>(gridDim.x * Threads);
+  const bool nhwc = geo.nhwc();
+  radix_walk<5> walk(start, stride,
+                     {nhwc ? geo.p : geo.groups, nhwc ? geo.q : multiplier,
+                      nhwc ? geo.groups : geo.p, nhwc ? multiplier : geo.q});
+  for (; walk.digit[0] < geo.n; walk.advance()) {
+    const index_t sample = walk.digit[0];
+    const index_t op = nhwc ? walk.digit[1] : walk.digit[3];
+    const index_t oq = nhwc ? walk.digit[2] : walk.digit[4];
+    const index_t ic = nhwc ? walk.digit[3] : walk.digit[1];
+    const index_t ik = ic * multiplier + (nhwc ? walk.digit[4] : walk.digit[2]);
+    const index_t pixel = op * geo.q + oq;
     const TW* const filter = batch.filters_of(sample);
     Compute acc = Compute(0);
     for (index_t ir = 0; ir < geo.r; ++ir) {
