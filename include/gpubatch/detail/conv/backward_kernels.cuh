@@ -121,22 +121,26 @@ GPUBATCH_KERNEL void __launch_bounds__(Threads)
 
 /// Depthwise backward filter: one block per (filter set, output channel), its threads striding
 /// over the set's samples and output pixels with one partial sum per filter tap (at most
-/// MaxTaps, all in registers), each tap then reduced by block_sum. Fixed order throughout.
+/// MaxTaps, all in registers), each tap then reduced by block_sum. Fixed order throughout. One
+/// block per SM is all it asks (__launch_bounds__'s second argument): given only the thread
+/// count, ptxas held the 49-tap kernels to 80 (f32) and 128 (f64) registers on sm_80, and they
+/// spilled.
 template <int Threads, int MaxTaps, class TX, class TDY, class TDW, class Compute>
-GPUBATCH_KERNEL void __launch_bounds__(Threads)
+GPUBATCH_KERNEL void __launch_bounds__(Threads, 1)
     depthwise_wgrad_kernel(conv::wgrad_batch<TX, TDY, TDW> batch, Compute alpha, Compute beta) {
   __shared__ Compute partial[Threads];
   const conv::conv2d_geometry& geo = batch.geo;
   // Division-free index math (radix_walk) and 32-bit tap math: 64-bit division calls a
   // subroutine, around which the f64 kernel with 49 taps spilled.
-  // One block per (set, k), so K and K / groups are below 2^31: 32-bit division.
+  // One block per (set, k), so K, and the groups (= C <= K), are below 2^31: 32-bit division.
   const auto channels = static_cast<std::uint32_t>(geo.k);
+  const std::uint32_t multiplier = channels / static_cast<std::uint32_t>(geo.groups);
   const index_t k = blockIdx.x % channels;
   const index_t set = blockIdx.x / channels;
   const index_t first = batch.per_sample ? set : 0;
   const index_t samples = batch.per_sample ? 1 : batch.samples;
   const index_t window = geo.r * geo.s;
-  const index_t c = static_cast<std::uint32_t>(k) / static_cast<std::uint32_t>(geo.kg());
+  const index_t c = static_cast<std::uint32_t>(k) / multiplier;
   const int taps_s = static_cast<int>(geo.s);  // a filter row, at most MaxTaps
   Compute sums[MaxTaps];
 #pragma unroll
@@ -157,7 +161,9 @@ GPUBATCH_KERNEL void __launch_bounds__(Threads)
       }
     }
   }
-  TDW* const out = batch.dw + set * geo.filter_set_size() + k * window;
+  // Depthwise filters have one input channel: a set is K x R x S (filter_set_size, whose
+  // C / groups would divide in 64 bits).
+  TDW* const out = batch.dw + set * (geo.k * window) + k * window;
   // Unrolled, so every partial sum stays in a register (window is uniform across the block).
 #pragma unroll
   for (int t = 0; t < MaxTaps; ++t) {
