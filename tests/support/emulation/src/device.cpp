@@ -112,7 +112,12 @@ struct executor {
     shared_map = static_cast<unsigned char*>(p);
     mprotect(shared_map + shared_capacity, page, PROT_NONE);  // overruns fault
   }
-  ~executor() { munmap(shared_map, shared_capacity + page); }
+  // The mapping's poisoned shadow would outlive it: a later mmap at the same address (a host
+  // thread that launched kernels has exited) must start addressable.
+  ~executor() {
+    asan_unpoison(shared_map, shared_capacity);
+    munmap(shared_map, shared_capacity + page);
+  }
 };
 
 thread_local executor* this_executor = nullptr;

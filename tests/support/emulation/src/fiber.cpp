@@ -90,6 +90,7 @@ fiber::fiber(std::size_t stack_bytes) : stack_bytes_(stack_bytes) {
 
 fiber::~fiber() {
   if (tsan_fiber_ != nullptr) __tsan_destroy_fiber(tsan_fiber_);
+  asan_unpoison(stack_, stack_bytes_);  // the next mapping at this address starts clean
   munmap(static_cast<char*>(stack_) - guard_bytes, stack_bytes_ + guard_bytes);
 }
 
