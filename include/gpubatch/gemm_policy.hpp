@@ -150,17 +150,19 @@ struct default_tensor_core_policy {
   static constexpr int tile_k = 64 / static_cast<int>(sizeof(T));
   // Medium: 64 x 64 with 4 warps (32 x 32 each) keeps many blocks in flight per problem.
   // Large: 128 x 128 with 8 warps (64 x 32 each) for reuse; 3 stages hide global latency.
-  // Blocks per SM (the register budget, see gemm_policy): medium 4 of 128 threads, large 2 of
-  // 256, both 128 registers: the accumulator fragments, the cp.async addressing and the
-  // fragments in flight fit, and the pipeline's shared memory lets that many blocks share an SM.
-  // TF32's and bf16's large tiles are the exception, 1 block (255 registers): held to 128 they
-  // spill (TF32's f32 operand fragments take twice the registers; bf16's strided kernel needs
-  // about 170).
+  // Blocks per SM (the register budget, see gemm_policy): medium 3 of 128 threads (168
+  // registers: the grouped walk's state and the M/N-major operands' transposing fragment loads
+  // spilled at 4 blocks' 128), large 2 of 256 (128 registers): the accumulator fragments, the
+  // cp.async addressing and the fragments in flight fit, and the pipeline's shared memory lets
+  // that many blocks share an SM. TF32's and bf16's large tiles are the exception, 1 block (255
+  // registers): held to 128 they spill (TF32's f32 operand fragments take twice the registers;
+  // bf16's strided kernel needs about 170); so are int8 large tiles with an M/N-major operand
+  // (detail::tensor_core::staged_blocks_per_sm).
   static constexpr int large_blocks =
       std::is_same_v<T, float> || std::is_same_v<T, bfloat16> ? 1 : 2;
   using type = std::conditional_t<Size == size_class::large,
                                   tensor_core_policy<128, 128, tile_k, 8, 3, 65535, large_blocks>,
-                                  tensor_core_policy<64, 64, tile_k, 4, 3, 65535, 4>>;
+                                  tensor_core_policy<64, 64, tile_k, 4, 3, 65535, 3>>;
 };
 
 }  // namespace gpubatch

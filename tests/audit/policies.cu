@@ -25,14 +25,41 @@ const char* name_of() {
 
 // One row: the kernel family, the policy, the type its shared memory is sized by (the compute
 // type on SIMT kernels, the operand type on tensor cores) and the bytes a launch asks for.
+// Tensor-core GEMM kernels also name how they stage A and B ("k" K-major, "mn" M/N-major), the
+// pipeline stages and the blocks per SM that staging is built for.
 template <class Policy, class Type>
-void row(const char* family, std::int64_t shared_bytes) {
-  std::printf("family=%s policy=%d,%d,%d,%d,%d,%d,%d type=%s threads=%d min_blocks=%d "
-              "max_registers=%d shared=%lld\n",
+void row(const char* family, std::int64_t shared_bytes, const char* staging = "-",
+         int stages = Policy::stages, int min_blocks = Policy::min_blocks_per_sm) {
+  std::printf("family=%s policy=%d,%d,%d,%d,%d,%d,%d type=%s staging=%s threads=%d "
+              "min_blocks=%d stages=%d shared=%lld\n",
               family, Policy::tile_m, Policy::tile_n, Policy::tile_k, Policy::warps,
               Policy::stages, Policy::problems_per_block, Policy::min_blocks_per_sm,
-              name_of<Type>(), Policy::threads, Policy::min_blocks_per_sm, Policy::max_registers,
+              name_of<Type>(), staging, Policy::threads, min_blocks, stages,
               static_cast<long long>(shared_bytes));
+}
+
+template <gd::tensor_core::staging S>
+const char* staging_name() {
+  return S == gd::tensor_core::staging::k_major ? "k" : "mn";
+}
+
+template <class P, class T, class Batch, gd::tensor_core::staging A, gd::tensor_core::staging B>
+void tensor_core_row(const char* family) {
+  using compute = gb::compute_type_t<T>;
+  char staging[8];
+  std::snprintf(staging, sizeof staging, "%s,%s", staging_name<A>(), staging_name<B>());
+  using G = gd::tensor_core::geometry<P, T, A, B>;
+  row<P, T>(family, gd::cuda_gemm::tiled_shared_bytes<P, Batch, compute, A, B>(), staging,
+            G::stages, G::min_blocks_per_sm);
+}
+
+template <class P, class T, class Batch>
+void tensor_core_rows(const char* family) {
+  using gd::tensor_core::staging;
+  tensor_core_row<P, T, Batch, staging::k_major, staging::k_major>(family);
+  tensor_core_row<P, T, Batch, staging::k_major, staging::mn_major>(family);
+  tensor_core_row<P, T, Batch, staging::mn_major, staging::k_major>(family);
+  tensor_core_row<P, T, Batch, staging::mn_major, staging::mn_major>(family);
 }
 
 template <int Arch, class T, gb::size_class Size>
@@ -49,9 +76,8 @@ void gemm_rows() {
   }
   if constexpr (gd::tensor_core::supported_v<T>) {
     using P = typename gb::default_tensor_core_policy<T, Arch, Size>::type;
-    row<P, T>("tensor_core_gemm_kernel", gd::cuda_gemm::tiled_shared_bytes<P, uniform, compute>());
-    row<P, T>("grouped_tensor_core_gemm_kernel",
-              gd::cuda_gemm::tiled_shared_bytes<P, grouped, compute>());
+    tensor_core_rows<P, T, uniform>("tensor_core_gemm_kernel");
+    tensor_core_rows<P, T, grouped>("grouped_tensor_core_gemm_kernel");
   }
 }
 
@@ -60,7 +86,8 @@ void conv_row() {
   using compute = gb::compute_type_t<T>;
   using batch = gd::conv::fprop_batch<T, T, compute>;
   if constexpr (P::tensor_cores) {
-    row<P, T>("tensor_core_conv_kernel", gd::cuda_conv::implicit_shared_bytes<P, batch, compute>());
+    row<P, T>("tensor_core_conv_kernel", gd::cuda_conv::implicit_shared_bytes<P, batch, compute>(),
+              "k,k", gd::tensor_core::geometry<P, T>::stages);
   } else {
     row<P, compute>("implicit_gemm_kernel",
                     gd::cuda_conv::implicit_shared_bytes<P, batch, compute>());

@@ -59,7 +59,7 @@ int check_gather(const layer& l, tensor_layout order, index_t group, index_t x_o
     for (index_t k0 = 0; k0 < g.k(); k0 += G::bk) {
       std::vector<half> tile(static_cast<std::size_t>(G::a_stage_elements), poison);
       for (int thread = 0; thread < G::threads; ++thread) {
-        const tc::operand_stager<G, G::bm, G::a_chunks_per_thread, source> stager(a, tile_row, thread);
+        const tc::operand_stager<typename G::a_layout, G::threads, source> stager(a, tile_row, thread);
         stager.stage(a, k0, thread, tile.data(), copy16);
       }
       for (int r = 0; r < G::bm; ++r) {
@@ -67,7 +67,7 @@ int check_gather(const layer& l, tensor_layout order, index_t group, index_t x_o
         for (int kk = 0; kk < G::bk; ++kk) {
           const half* p = k0 + kk < g.k() ? g.a(cursor, k0 + kk) : nullptr;
           const half want = p != nullptr ? *p : half{};
-          const half got = tile[static_cast<std::size_t>(G::offset(G::bm, r, kk))];
+          const half got = tile[static_cast<std::size_t>(G::a_layout::offset(r, kk))];
           INFO("tile (" << tile_row << ", " << k0 << ") row " << r << " kk " << kk);
           REQUIRE(std::memcmp(&got, &want, sizeof(half)) == 0);
         }

@@ -30,6 +30,28 @@ TEST_CASE("gemm f32 on TF32 tensor cores: every op and layout, edge sizes", "[ge
   }
 }
 
+TEST_CASE("gemm on tensor cores: every layout and transpose staged asynchronously",
+          "[gemm][tensor_core]") {
+  // Sizes that are whole 16-byte chunks along every dimension, so each operand takes the
+  // cp.async path in its own orientation (K-major or M/N-major), next to a ragged shape where
+  // the last chunk of every dimension goes element by element; C in both layouts reads its
+  // accumulator tile in the matching orientation.
+  const op op_a = GENERATE(op::none, op::transpose);
+  const op op_b = GENERATE(op::none, op::transpose);
+  const layout la = GENERATE(layout::row_major, layout::col_major);
+  const layout lb = GENERATE(layout::row_major, layout::col_major);
+  const batch_form form = GENERATE(batch_form::strided, batch_form::grouped);
+  for (const auto& s : {std::array<index_t, 3>{80, 96, 112}, std::array<index_t, 3>{79, 97, 113}}) {
+    gemm_case c{s[0], s[1], s[2], 2, op_a, op_b, la, lb, la, 1.0, -0.5, form};
+    check_gemm<test_backend, half, float>(c);
+    check_gemm<test_backend, std::int8_t, std::int32_t>(c);
+    c.lc = lb;
+    check_gemm<test_backend, gpubatch::bfloat16, gpubatch::bfloat16>(c);
+    c.allow_tf32 = true;
+    check_gemm<test_backend, float, float>(c);
+  }
+}
+
 TEST_CASE("gemm f32 on TF32 tensor cores: batch forms and the large tile", "[gemm][tensor_core]") {
   const batch_form form = GENERATE(batch_form::strided, batch_form::pointer_array, batch_form::grouped);
   for (const auto& s : {std::array<index_t, 3>{200, 130, 70}, std::array<index_t, 3>{600, 520, 40}}) {

@@ -35,14 +35,17 @@ struct operand_case {
   index_t offset;  ///< elements between the allocation and the matrix (breaks alignment when odd)
 };
 
-/// Stages the tile at (tile_row, k0) of one operand with every thread of a block, then checks
-/// the shared-memory image. Returns how many chunks went through the 16-byte copy.
-template <class Policy, class T, int Rows, int ChunksPerThread, bool IsA>
+/// Stages the tile at (tile_row, k0) of one operand, laid out as `Layout`, with every thread of
+/// a block, then checks the shared-memory image. Returns how many chunks went through the
+/// 16-byte copy.
+template <class Policy, class T, class Layout, bool IsA>
 int check_staging(const operand_case& oc, index_t tile_row, index_t k0) {
   using G = tc::geometry<Policy, T>;
+  constexpr int rows = IsA ? G::bm : G::bn;
   INFO("rows " << oc.rows << " k " << oc.k << " " << gpubatch::to_string(oc.order) << " "
                << gpubatch::to_string(oc.transpose) << " pad " << oc.pad << " offset "
-               << oc.offset << " tile (" << tile_row << ", " << k0 << ")");
+               << oc.offset << " tile (" << tile_row << ", " << k0 << ") "
+               << (Layout::k_major ? "K-major" : "M/N-major") << (IsA ? " A" : " B"));
   // Stored X is op^-1 of the (rows x k) operand; A is op(A) = m x k, B is op(B)^T = n x k.
   const bool stored_transposed = oc.transpose == op::transpose;
   const index_t stored_rows = stored_transposed ? oc.k : oc.rows;
@@ -74,41 +77,48 @@ int check_staging(const operand_case& oc, index_t tile_row, index_t k0) {
     return r < oc.rows && kk < oc.k ? x(r, kk) : T{};
   };
 
-  std::vector<T> tile(static_cast<std::size_t>(G::slabs * Rows * G::ld), byte_poison<T>());
+  std::vector<T> tile(static_cast<std::size_t>(Layout::elements), byte_poison<T>());
   int whole_chunks = 0;
   const auto copy16 = [&](T* dst, const T* src) {
     REQUIRE(tc::aligned16(src));
+    REQUIRE(tc::aligned16(dst));
     std::memcpy(static_cast<void*>(dst), static_cast<const void*>(src), 16);
     ++whole_chunks;
   };
   for (int thread = 0; thread < G::threads; ++thread) {
-    const tc::operand_stager<G, Rows, ChunksPerThread, tc::matrix_source<T>> stager(source, tile_row,
-                                                                                    thread);
+    const tc::operand_stager<Layout, G::threads, tc::matrix_source<T>> stager(source, tile_row,
+                                                                              thread);
     stager.stage(source, k0, thread, tile.data(), copy16);
   }
-  for (int r = 0; r < Rows; ++r) {
-    for (int slab = 0; slab < G::slabs; ++slab) {
-      for (int e = 0; e < G::ld; ++e) {
-        const T got = tile[static_cast<std::size_t>((slab * Rows + r) * G::ld + e)];
-        if (e < G::mma_k) {
-          const int kk = slab * G::mma_k + e;
-          INFO("row " << r << " kk " << kk);
-          REQUIRE(G::offset(Rows, r, kk) == (slab * Rows + r) * G::ld + e);
-          REQUIRE(same_bits(got, expected(tile_row + r, k0 + kk)));
-        } else {
-          REQUIRE(same_bits(got, byte_poison<T>()));  // the pad is never written
-        }
-      }
+  std::vector<bool> covered(tile.size(), false);
+  for (int r = 0; r < rows; ++r) {
+    for (int kk = 0; kk < G::bk; ++kk) {
+      INFO("row " << r << " kk " << kk);
+      const int at = Layout::offset(r, kk);
+      REQUIRE(at >= 0);
+      REQUIRE(at < Layout::elements);
+      REQUIRE(!covered[static_cast<std::size_t>(at)]);
+      covered[static_cast<std::size_t>(at)] = true;
+      REQUIRE(same_bits(tile[static_cast<std::size_t>(at)], expected(tile_row + r, k0 + kk)));
     }
+  }
+  for (std::size_t i = 0; i < tile.size(); ++i) {
+    if (!covered[i]) REQUIRE(same_bits(tile[i], byte_poison<T>()));  // the pad is never written
   }
   return whole_chunks;
 }
 
+template <class Policy, class T, bool IsA, tc::staging S>
+using layout_of = tc::operand_layout<T, IsA ? Policy::tile_m : Policy::tile_n, Policy::tile_k, S>;
+
+/// Both operands in both stagings: the image is right whatever the staging.
 template <class Policy, class T>
 void check_both_operands(const operand_case& oc, index_t tile_row, index_t k0) {
-  using G = tc::geometry<Policy, T>;
-  check_staging<Policy, T, G::bm, G::a_chunks_per_thread, true>(oc, tile_row, k0);
-  check_staging<Policy, T, G::bn, G::b_chunks_per_thread, false>(oc, tile_row, k0);
+  using tc::staging;
+  check_staging<Policy, T, layout_of<Policy, T, true, staging::k_major>, true>(oc, tile_row, k0);
+  check_staging<Policy, T, layout_of<Policy, T, true, staging::mn_major>, true>(oc, tile_row, k0);
+  check_staging<Policy, T, layout_of<Policy, T, false, staging::k_major>, false>(oc, tile_row, k0);
+  check_staging<Policy, T, layout_of<Policy, T, false, staging::mn_major>, false>(oc, tile_row, k0);
 }
 
 template <class Policy, class T>
@@ -118,8 +128,8 @@ void check_edges() {
     for (const index_t k : {index_t{1}, index_t{3}, index_t{17}, index_t{33}, index_t{127}, index_t{G::bk * 2}}) {
       for (const layout order : {layout::row_major, layout::col_major}) {
         for (const op transpose : {op::none, op::transpose}) {
-          // Minimal, misaligned, and padded to whole chunks (so ragged K ends are reached by
-          // the 16-byte path's bounds check, not its alignment check).
+          // Minimal, misaligned, and padded to whole chunks (so ragged ends are reached by the
+          // 16-byte path's bounds check, not its alignment check).
           const bool k_minor = (order == layout::row_major) == (transpose == op::none);
           const index_t minor = k_minor ? k : rows;
           const index_t to_chunk = (G::vector - minor % G::vector) % G::vector;
@@ -130,11 +140,48 @@ void check_edges() {
             const index_t last_row = (rows - 1) / G::bm * G::bm;
             const index_t last_k = (k - 1) / G::bk * G::bk;
             if (last_row > 0 || last_k > 0) {
-              check_staging<Policy, T, G::bm, G::a_chunks_per_thread, true>(oc, last_row, last_k);
+              using tc::staging;
+              check_staging<Policy, T, layout_of<Policy, T, true, staging::k_major>, true>(
+                  oc, last_row, last_k);
+              check_staging<Policy, T, layout_of<Policy, T, true, staging::mn_major>, true>(
+                  oc, last_row, last_k);
             }
           }
         }
       }
+    }
+  }
+}
+
+/// Whole chunks the staging the dispatch picks (staging_for) copies of a full, aligned tile of
+/// one operand in `order` and `transpose`, and how many the tile has.
+template <class Policy, class T, bool IsA>
+std::pair<int, int> whole_chunks_as_dispatched(layout order, op transpose) {
+  using G = tc::geometry<Policy, T>;
+  const index_t rows = IsA ? G::bm : G::bn;
+  const operand_case oc{rows, G::bk, order, transpose, 0, 0};
+  const detail::strides2 s = detail::operand_strides(order, transpose, 64);
+  // A is (rows x k) with strides (row, col); B is read as its transpose.
+  // Both operands are (rows x k) with strides (s.row, s.col) here (check_staging's reading).
+  const tc::staging picked = tc::staging_for(s.row, s.col);
+  const int chunks = static_cast<int>(rows) * G::bk / G::vector;
+  if (picked == tc::staging::k_major) {
+    return {check_staging<Policy, T, layout_of<Policy, T, IsA, tc::staging::k_major>, IsA>(oc, 0, 0),
+            chunks};
+  }
+  return {check_staging<Policy, T, layout_of<Policy, T, IsA, tc::staging::mn_major>, IsA>(oc, 0, 0),
+          chunks};
+}
+
+template <class Policy, class T>
+void check_every_layout_is_asynchronous() {
+  for (const layout order : {layout::row_major, layout::col_major}) {
+    for (const op transpose : {op::none, op::transpose}) {
+      INFO(gpubatch::to_string(order) << " " << gpubatch::to_string(transpose));
+      const auto [a_whole, a_chunks] = whole_chunks_as_dispatched<Policy, T, true>(order, transpose);
+      CHECK(a_whole == a_chunks);
+      const auto [b_whole, b_chunks] = whole_chunks_as_dispatched<Policy, T, false>(order, transpose);
+      CHECK(b_whole == b_chunks);
     }
   }
 }
@@ -161,25 +208,63 @@ TEST_CASE("tensor-core chunks tile an operand exactly once", "[gemm][tensor_core
   }
 }
 
+/// What wmma and the policy's blocks per SM ask of a geometry: every fragment pointer 32-byte
+/// aligned, leading dimensions whole 16-byte units, and the shared memory of the blocks per SM
+/// the kernel is built for within an sm_80 SM (164 KiB, 1 KiB reserved per block).
+template <class G, class T>
+void check_geometry() {
+  const int blocks_per_sm = G::min_blocks_per_sm;
+  INFO("tile " << G::bm << "x" << G::bn << "x" << G::bk << " element size " << sizeof(T)
+               << " A " << (G::a_layout::k_major ? "K" : "MN") << "-major, B "
+               << (G::b_layout::k_major ? "K" : "MN") << "-major");
+  const auto aligned32 = [](int elements) { return elements * static_cast<int>(sizeof(T)) % 32 == 0; };
+  CHECK(aligned32(G::a_stage_elements));
+  CHECK(aligned32(G::stage_elements));
+  CHECK(G::a_layout::ld * sizeof(T) % 16 == 0);
+  CHECK(G::b_layout::ld * sizeof(T) % 16 == 0);
+  for (int slab = 0; slab < G::slabs; ++slab) {
+    for (int row = 0; row < G::bm; row += 16) CHECK(aligned32(G::a_layout::offset(row, slab * G::mma_k)));
+    for (int row = 0; row < G::bn; row += 16) CHECK(aligned32(G::b_layout::offset(row, slab * G::mma_k)));
+  }
+  CHECK(16 * G::c_ld * 4 % 32 == 0);
+  CHECK(G::stages >= 2);
+  CHECK(blocks_per_sm * (G::shared_bytes + 1024) <= 164 * 1024);
+}
+
+template <class T, gpubatch::size_class Size>
+void check_default_geometries() {
+  using P = typename gpubatch::default_tensor_core_policy<T, 80, Size>::type;
+  using tc::staging;
+  check_geometry<tc::geometry<P, T, staging::k_major, staging::k_major>, T>();
+  check_geometry<tc::geometry<P, T, staging::k_major, staging::mn_major>, T>();
+  check_geometry<tc::geometry<P, T, staging::mn_major, staging::k_major>, T>();
+  check_geometry<tc::geometry<P, T, staging::mn_major, staging::mn_major>, T>();
+}
+
 TEST_CASE("tensor-core geometry of the default policies", "[gemm][tensor_core]") {
   using large_f16 = tc::geometry<gpubatch::default_tensor_core_policy<gpubatch::half, 90, gpubatch::size_class::large>::type, gpubatch::half>;
-  using medium_i8 = tc::geometry<gpubatch::default_tensor_core_policy<std::int8_t, 80, gpubatch::size_class::medium>::type, std::int8_t>;
-  using large_tf32 = tc::geometry<gpubatch::default_tensor_core_policy<float, 80, gpubatch::size_class::large>::type, float>;
   STATIC_REQUIRE(large_f16::warps_m * large_f16::warps_n == 8);
   STATIC_REQUIRE(large_f16::fragments_m * 16 * large_f16::warps_m == 128);
   STATIC_REQUIRE(large_f16::fragments_n * 16 * large_f16::warps_n == 128);
-  STATIC_REQUIRE(medium_i8::bk == 64);
-  STATIC_REQUIRE(large_tf32::mma_k == 8);
-  // sm_80 allows 163 KiB of shared memory per block.
-  STATIC_REQUIRE(large_f16::shared_bytes <= 163 * 1024);
-  STATIC_REQUIRE(medium_i8::shared_bytes <= 163 * 1024);
-  STATIC_REQUIRE(large_tf32::shared_bytes <= 163 * 1024);
-  // wmma needs 32-byte aligned fragments: a 16-row block of a slab and each stage start on one.
-  STATIC_REQUIRE((16 * large_f16::ld * 2) % 32 == 0);
-  STATIC_REQUIRE((large_f16::stage_elements * 2) % 32 == 0);
-  STATIC_REQUIRE((16 * large_tf32::ld * 4) % 32 == 0);
-  STATIC_REQUIRE((16 * medium_i8::ld) % 32 == 0);
-  STATIC_REQUIRE((16 * large_f16::c_ld * 4) % 32 == 0);
+  check_default_geometries<gpubatch::half, gpubatch::size_class::medium>();
+  check_default_geometries<gpubatch::half, gpubatch::size_class::large>();
+  check_default_geometries<gpubatch::bfloat16, gpubatch::size_class::medium>();
+  check_default_geometries<gpubatch::bfloat16, gpubatch::size_class::large>();
+  check_default_geometries<float, gpubatch::size_class::medium>();
+  check_default_geometries<float, gpubatch::size_class::large>();
+  check_default_geometries<std::int8_t, gpubatch::size_class::medium>();
+  check_default_geometries<std::int8_t, gpubatch::size_class::large>();
+  // int8 M/N-major lines are twice their data: the medium tile with both operands so staged
+  // keeps 2 stages of 3 to fit 3 blocks per SM; the large tile with an M/N-major operand is
+  // built for 1 block per SM (byte-gathered fragments) and keeps its 3 stages.
+  using tc::staging;
+  using i8_medium = gpubatch::default_tensor_core_policy<std::int8_t, 80, gpubatch::size_class::medium>::type;
+  using i8_large = gpubatch::default_tensor_core_policy<std::int8_t, 80, gpubatch::size_class::large>::type;
+  STATIC_REQUIRE(tc::geometry<i8_medium, std::int8_t>::stages == 3);
+  STATIC_REQUIRE(tc::geometry<i8_medium, std::int8_t, staging::mn_major, staging::mn_major>::stages == 2);
+  STATIC_REQUIRE(tc::geometry<i8_large, std::int8_t>::min_blocks_per_sm == 2);
+  STATIC_REQUIRE(tc::geometry<i8_large, std::int8_t, staging::k_major, staging::mn_major>::min_blocks_per_sm == 1);
+  STATIC_REQUIRE(tc::geometry<i8_large, std::int8_t, staging::mn_major, staging::mn_major>::stages == 3);
 }
 
 TEST_CASE("tensor-core staging of f16 operands: every layout, transpose and edge",
@@ -200,24 +285,42 @@ TEST_CASE("tensor-core staging of int8 operands: every layout, transpose and edg
 TEST_CASE("tensor-core staging copies whole 16-byte chunks when it can", "[gemm][tensor_core]") {
   using policy = gpubatch::tensor_core_policy<64, 64, 32, 4, 3>;
   using G = tc::geometry<policy, gpubatch::half>;
+  using a_k = layout_of<policy, gpubatch::half, true, tc::staging::k_major>;
+  using a_mn = layout_of<policy, gpubatch::half, true, tc::staging::mn_major>;
+  using b_k = layout_of<policy, gpubatch::half, false, tc::staging::k_major>;
   // Row-major op(A), aligned, K a multiple of the chunk: every in-bounds chunk is one copy.
   const operand_case aligned{40, 64, layout::row_major, op::none, 8, 0};
-  CHECK(check_staging<policy, gpubatch::half, G::bm, G::a_chunks_per_thread, true>(aligned, 0, 0) ==
+  CHECK(check_staging<policy, gpubatch::half, a_k, true>(aligned, 0, 0) ==
         40 * G::bk / G::vector);
   // K = 39: the chunk that straddles K's end is copied element-wise (zero-filled).
   const operand_case ragged{40, 39, layout::row_major, op::none, 1, 0};
-  CHECK(check_staging<policy, gpubatch::half, G::bm, G::a_chunks_per_thread, true>(ragged, 0, 32) == 0);
-  CHECK(check_staging<policy, gpubatch::half, G::bm, G::a_chunks_per_thread, true>(ragged, 0, 0) ==
+  CHECK(check_staging<policy, gpubatch::half, a_k, true>(ragged, 0, 32) == 0);
+  CHECK(check_staging<policy, gpubatch::half, a_k, true>(ragged, 0, 0) ==
         40 * G::bk / G::vector);
   // A misaligned base or a leading dimension that is not a whole number of chunks: none.
   const operand_case shifted{40, 64, layout::row_major, op::none, 8, 1};
-  CHECK(check_staging<policy, gpubatch::half, G::bm, G::a_chunks_per_thread, true>(shifted, 0, 0) == 0);
+  CHECK(check_staging<policy, gpubatch::half, a_k, true>(shifted, 0, 0) == 0);
   const operand_case odd_ld{40, 64, layout::row_major, op::none, 1, 0};
-  CHECK(check_staging<policy, gpubatch::half, G::bm, G::a_chunks_per_thread, true>(odd_ld, 0, 0) == 0);
-  // K-strided operands (column-major A) go element by element.
+  CHECK(check_staging<policy, gpubatch::half, a_k, true>(odd_ld, 0, 0) == 0);
+  // Column-major A staged K-major goes element by element; staged M-major (as the dispatch
+  // does), every chunk of whole rows is one copy and the 40-row edge's last chunk too.
   const operand_case strided{40, 64, layout::col_major, op::none, 0, 0};
-  CHECK(check_staging<policy, gpubatch::half, G::bm, G::a_chunks_per_thread, true>(strided, 0, 0) == 0);
+  CHECK(check_staging<policy, gpubatch::half, a_k, true>(strided, 0, 0) == 0);
+  CHECK(check_staging<policy, gpubatch::half, a_mn, true>(strided, 0, 0) == 40 * G::bk / G::vector);
+  // M-major with a leading dimension that is not a whole number of chunks: none.
+  const operand_case strided_odd{40, 64, layout::col_major, op::none, 1, 0};
+  CHECK(check_staging<policy, gpubatch::half, a_mn, true>(strided_odd, 0, 0) == 0);
+  // 37 rows: the chunk of rows 32..39 straddles the end and goes element by element.
+  const operand_case ragged_rows{37, 64, layout::col_major, op::none, 3, 0};
+  CHECK(check_staging<policy, gpubatch::half, a_mn, true>(ragged_rows, 0, 0) == 32 * G::bk / G::vector);
   // B copies whole chunks when op(B)^T (n x k) is row-major, i.e. B is K-contiguous.
-  CHECK(check_staging<policy, gpubatch::half, G::bn, G::b_chunks_per_thread, false>(
+  CHECK(check_staging<policy, gpubatch::half, b_k, false>(
             {40, 64, layout::row_major, op::none, 0, 0}, 0, 0) == 40 * G::bk / G::vector);
+}
+
+TEST_CASE("tensor-core staging: every aligned layout and transpose copies whole chunks",
+          "[gemm][tensor_core]") {
+  check_every_layout_is_asynchronous<gpubatch::tensor_core_policy<64, 64, 32, 4, 3>, gpubatch::half>();
+  check_every_layout_is_asynchronous<gpubatch::tensor_core_policy<32, 64, 16, 2, 2>, float>();
+  check_every_layout_is_asynchronous<gpubatch::tensor_core_policy<64, 32, 64, 4, 2>, std::int8_t>();
 }

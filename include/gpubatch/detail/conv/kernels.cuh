@@ -181,9 +181,9 @@ GPUBATCH_KERNEL void __launch_bounds__(Policy::threads, Policy::min_blocks_per_s
   // Forward propagation's B is the filter memory read as is: n filters of k elements.
   const auto a = tensor_core::gather_source<mapping, const TX>::make(g, G::vector);
   const auto b = tensor_core::matrix_source<TW>::make(g.b(0, 0), n, k, k, 1);
+  const bool cols_contiguous = n > 1 && &g.c(tile_row, 1) - &g.c(tile_row, 0) == 1;
   const auto* const c_tile =
       tensor_core::mainloop<G>(a, b, k, tile_row, tile_col, tensor_core_conv_shared);
-  const bool cols_contiguous = n > 1 && &g.c(tile_row, 1) - &g.c(tile_row, 0) == 1;
   tensor_core::for_each_output<G>(c_tile, tile_row, tile_col, m, n, cols_contiguous,
                                   [&](index_t row, index_t col, auto value) {
                                     const conv::conv_position pos = g.position(row, col);

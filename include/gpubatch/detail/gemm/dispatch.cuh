@@ -167,14 +167,17 @@ void launch_walk(Kernel kernel, std::int64_t shared_bytes, cudaStream_t stream,
 }
 
 /// Dynamic shared memory a launch of the tiled kernels with `Policy` asks for: the tile's
-/// stages, and for grouped batches the walk's storage after them.
-template <class Policy, class Batch, class Compute>
+/// stages (tensor cores: with A and B staged as StagingA and StagingB), and for grouped batches
+/// the walk's storage after them.
+template <class Policy, class Batch, class Compute,
+          tensor_core::staging StagingA = tensor_core::staging::k_major,
+          tensor_core::staging StagingB = tensor_core::staging::k_major>
 constexpr std::int64_t tiled_shared_bytes() {
   std::int64_t tile = 0;
   if constexpr (Policy::tensor_cores) {
     using element = std::remove_const_t<
         std::remove_pointer_t<decltype(std::declval<const Batch&>().problem(0).a.data)>>;
-    tile = tensor_core::geometry<Policy, element>::shared_bytes;
+    tile = tensor_core::geometry<Policy, element, StagingA, StagingB>::shared_bytes;
   } else {
     tile = Policy::template shared_bytes<Compute>();
   }
@@ -197,18 +200,76 @@ void launch_tiled(cudaStream_t stream, const Batch& batch, index_t max_m, index_
   }
 }
 
+/// The strides of op(A) and op(B) of every problem of a batch (a batch form's operands share
+/// their layout and transpose), read on the host without touching device memory.
+template <class TA, class TB, class TC>
+std::pair<strides2, strides2> operand_strides_of(const strided_gemm_batch<TA, TB, TC>& batch) {
+  return {batch.a.stride, batch.b.stride};
+}
+template <class TA, class TB, class TC>
+std::pair<strides2, strides2> operand_strides_of(const array_gemm_batch<TA, TB, TC>& batch) {
+  return {batch.a_stride, batch.b_stride};
+}
+template <class TA, class TB, class TC>
+std::pair<strides2, strides2> operand_strides_of(const grouped_gemm_batch<TA, TB, TC>& batch) {
+  // Any leading dimension above 1 tells which stride is the unit one.
+  return {operand_strides(batch.layouts.a, batch.layouts.op_a, 2),
+          operand_strides(batch.layouts.b, batch.layouts.op_b, 2)};
+}
+
+/// How the tensor-core kernels stage A (m x k) and B (read as n x k) of a batch: each operand
+/// M/N-major when its rows are what is contiguous, so every aligned layout and transpose copies
+/// whole chunks with cp.async.
+template <class Batch>
+std::pair<tensor_core::staging, tensor_core::staging> stagings_of(const Batch& batch) {
+  const auto [a, b] = operand_strides_of(batch);
+  return {tensor_core::staging_for(a.row, a.col), tensor_core::staging_for(b.col, b.row)};
+}
+
+/// Calls `f` with the staging pair of `batch` as compile-time constants (one kernel each).
+template <class Batch, class F>
+void with_stagings(const Batch& batch, F&& f) {
+  using tensor_core::staging;
+  using k = std::integral_constant<staging, staging::k_major>;
+  using mn = std::integral_constant<staging, staging::mn_major>;
+  const auto [a, b] = stagings_of(batch);
+  if (a == staging::k_major) {
+    b == staging::k_major ? f(k{}, k{}) : f(k{}, mn{});
+  } else {
+    b == staging::k_major ? f(mn{}, k{}) : f(mn{}, mn{});
+  }
+}
+
+/// Shared memory the tensor-core kernels of `Policy` ask for with the batch's stagings.
+template <class Policy, class Batch, class Compute>
+std::int64_t tensor_core_shared_bytes(const Batch& batch) {
+  std::int64_t bytes = 0;
+  with_stagings(batch, [&](auto a, auto b) {
+    bytes = tiled_shared_bytes<Policy, Batch, Compute, decltype(a)::value, decltype(b)::value>();
+  });
+  return bytes;
+}
+
 template <class Policy, class Batch, class Compute, class Epilogue>
 void launch_tensor_core(cudaStream_t stream, const Batch& batch, index_t max_m, index_t max_n,
                         Compute alpha, Compute beta, const Epilogue& epilogue) {
-  constexpr std::int64_t shared_bytes = tiled_shared_bytes<Policy, Batch, Compute>();
-  if constexpr (Batch::uniform) {
-    launch_slices<Policy>(tensor_core::tensor_core_gemm_kernel<Policy, Batch, Compute, Epilogue>,
-                          shared_bytes, stream, batch, max_m, max_n, alpha, beta, epilogue);
-  } else {
-    launch_walk<Policy>(
-        tensor_core::grouped_tensor_core_gemm_kernel<Policy, Batch, Compute, Epilogue>,
-        shared_bytes, stream, batch, alpha, beta, epilogue);
-  }
+  with_stagings(batch, [&](auto a, auto b) {
+    constexpr tensor_core::staging staging_a = decltype(a)::value;
+    constexpr tensor_core::staging staging_b = decltype(b)::value;
+    constexpr std::int64_t shared_bytes =
+        tiled_shared_bytes<Policy, Batch, Compute, staging_a, staging_b>();
+    if constexpr (Batch::uniform) {
+      launch_slices<Policy>(
+          tensor_core::tensor_core_gemm_kernel<Policy, staging_a, staging_b, Batch, Compute,
+                                               Epilogue>,
+          shared_bytes, stream, batch, max_m, max_n, alpha, beta, epilogue);
+    } else {
+      launch_walk<Policy>(
+          tensor_core::grouped_tensor_core_gemm_kernel<Policy, staging_a, staging_b, Batch,
+                                                       Compute, Epilogue>,
+          shared_bytes, stream, batch, alpha, beta, epilogue);
+    }
+  });
 }
 
 /// Tiny problems: as many per block as the block's threads have output registers for and its
@@ -274,7 +335,7 @@ void launch_default(cudaStream_t stream, const Batch& batch, index_t max_m, inde
       using large_policy = typename default_tensor_core_policy<Element, Arch, size_class::large>::type;
       // A device with less shared memory per block than the large tile needs (int8 grouped on
       // sm_86/89, 99 KiB) takes the medium one.
-      if (large && tiled_shared_bytes<large_policy, Batch, Compute>() > shared_limit()) {
+      if (large && tensor_core_shared_bytes<large_policy, Batch, Compute>(batch) > shared_limit()) {
         large = false;
       }
       if (large) {

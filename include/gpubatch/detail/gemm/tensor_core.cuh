@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 
 GPUBATCH_KERNELS_BEGIN
 
@@ -29,17 +30,22 @@ namespace detail::tensor_core {
 // older architectures see none of this, and the kernels compile to a trap there.
 #if !GPUBATCH_DEVICE_CODE || GPUBATCH_DEVICE_ARCH >= 800
 
-/// The wmma fragment types for element type T: A row-major and B column-major (both K-major in
-/// shared memory), accumulator in f32 (int32 for int8).
+/// The wmma fragment types for element type T: A and B in the layout their tile is staged in
+/// (K-major: A row-major, B column-major; M/N-major: A column-major, B row-major), accumulator
+/// in f32 (int32 for int8).
 template <class T>
 struct fragments;
 
 template <class Element, class Accumulator, int K>
 struct fragment_types {
-  using a = nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, K, Element,
-                                   nvcuda::wmma::row_major>;
-  using b = nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, K, Element,
-                                   nvcuda::wmma::col_major>;
+  template <staging S>
+  using a = nvcuda::wmma::fragment<
+      nvcuda::wmma::matrix_a, 16, 16, K, Element,
+      std::conditional_t<S == staging::k_major, nvcuda::wmma::row_major, nvcuda::wmma::col_major>>;
+  template <staging S>
+  using b = nvcuda::wmma::fragment<
+      nvcuda::wmma::matrix_b, 16, 16, K, Element,
+      std::conditional_t<S == staging::k_major, nvcuda::wmma::col_major, nvcuda::wmma::row_major>>;
   using accumulator = nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, K, Accumulator>;
   using accumulator_type = Accumulator;
   template <class Fragment>
@@ -70,9 +76,9 @@ struct async_copy16 {
   }
 };
 
-/// The multistage main loop of one thread block: stages K tiles of both operands `Stages - 1`
-/// ahead with cp.async, multiplies each on tensor cores, and leaves the block's
-/// (bm x bn) product in shared memory as accumulators, row-major with pitch Geometry::c_ld.
+/// The multistage main loop of one thread block: stages K tiles of both operands `stages - 1`
+/// ahead with cp.async, multiplies each on tensor cores, and leaves the block's (bm x bn)
+/// product in shared memory as accumulators, row-major with pitch Geometry::c_ld.
 /// @param shared the block's dynamic shared memory, at least Geometry::shared_bytes
 /// @return the accumulator tile in shared memory
 template <class Geometry, class SourceA, class SourceB>
@@ -82,6 +88,8 @@ mainloop(const SourceA& a, const SourceB& b, index_t k, index_t tile_row, index_
   using T = std::remove_const_t<typename SourceA::element_type>;
   using frag = fragments<T>;
   using accumulator_type = typename frag::accumulator_type;
+  using a_layout = typename Geometry::a_layout;
+  using b_layout = typename Geometry::b_layout;
   static_assert(std::is_same_v<T, std::remove_const_t<typename SourceB::element_type>>,
                 "gpubatch: the tensor-core kernel needs A and B of one element type");
   constexpr int S = Geometry::stages;
@@ -93,10 +101,8 @@ mainloop(const SourceA& a, const SourceB& b, index_t k, index_t tile_row, index_
   const int warp_row = (warp / Geometry::warps_n) * Geometry::warp_m;
   const int warp_col = (warp % Geometry::warps_n) * Geometry::warp_n;
 
-  const operand_stager<Geometry, Geometry::bm, Geometry::a_chunks_per_thread, SourceA> a_stager(
-      a, tile_row, thread);
-  const operand_stager<Geometry, Geometry::bn, Geometry::b_chunks_per_thread, SourceB> b_stager(
-      b, tile_col, thread);
+  const operand_stager<a_layout, Geometry::threads, SourceA> a_stager(a, tile_row, thread);
+  const operand_stager<b_layout, Geometry::threads, SourceB> b_stager(b, tile_col, thread);
   const auto load = [&](index_t kt, int stage) {
     T* const a_s = stages + stage * Geometry::stage_elements;
     a_stager.stage(a, kt * Geometry::bk, thread, a_s, async_copy16{});
@@ -129,20 +135,20 @@ mainloop(const SourceA& a, const SourceB& b, index_t k, index_t tile_row, index_
     const T* const b_s = a_s + Geometry::a_stage_elements;
 #pragma unroll
     for (int slab = 0; slab < Geometry::slabs; ++slab) {
-      typename frag::a a_frag[FM];
-      typename frag::b b_frag[FN];
+      typename frag::template a<a_layout::kind> a_frag[FM];
+      typename frag::template b<b_layout::kind> b_frag[FN];
 #pragma unroll
       for (int i = 0; i < FM; ++i) {
         nvcuda::wmma::load_matrix_sync(
-            a_frag[i], a_s + Geometry::offset(Geometry::bm, warp_row + 16 * i, slab * Geometry::mma_k),
-            Geometry::ld);
+            a_frag[i], a_s + a_layout::offset(warp_row + 16 * i, slab * Geometry::mma_k),
+            a_layout::ld);
         frag::round(a_frag[i]);
       }
 #pragma unroll
       for (int j = 0; j < FN; ++j) {
         nvcuda::wmma::load_matrix_sync(
-            b_frag[j], b_s + Geometry::offset(Geometry::bn, warp_col + 16 * j, slab * Geometry::mma_k),
-            Geometry::ld);
+            b_frag[j], b_s + b_layout::offset(warp_col + 16 * j, slab * Geometry::mma_k),
+            b_layout::ld);
         frag::round(b_frag[j]);
       }
 #pragma unroll
@@ -166,19 +172,17 @@ mainloop(const SourceA& a, const SourceB& b, index_t k, index_t tile_row, index_
 }
 
 /// Hands every element of the block's accumulator tile that lies inside the (m x n) output to
-/// `store(row, col, value)`, consecutive threads on consecutive elements along the output's
-/// contiguous dimension (columns when `cols_contiguous`) so the stores coalesce.
+/// `store(row, col, value)` in output_slot's order (columns first when `cols_contiguous`).
 template <class Geometry, class Accumulator, class Store>
 GPUBATCH_DEVICE void for_each_output(const Accumulator* c_tile, index_t tile_row,
                                      index_t tile_col, index_t m, index_t n, bool cols_contiguous,
                                      Store&& store) {
   for (int e = static_cast<int>(threadIdx.x); e < Geometry::bm * Geometry::bn;
        e += Geometry::threads) {
-    const int r = cols_contiguous ? e / Geometry::bn : e % Geometry::bm;
-    const int c = cols_contiguous ? e % Geometry::bn : e / Geometry::bm;
-    const index_t row = tile_row + r, col = tile_col + c;
+    const tile_element at = output_slot<Geometry>(e, cols_contiguous);
+    const index_t row = tile_row + at.row, col = tile_col + at.col;
     if (row < m && col < n) {
-      store(row, col, c_tile[r * Geometry::c_ld + c]);
+      store(row, col, c_tile[at.row * Geometry::c_ld + at.col]);
     }
   }
 }
@@ -186,17 +190,19 @@ GPUBATCH_DEVICE void for_each_output(const Accumulator* c_tile, index_t tile_row
 /// The block computes the C tile of `problem` (problem `b` of the batch) at (tile_row,
 /// tile_col), which lies inside C. Operands are staged through the tensor-core main loop; the
 /// epilogue is the same store_output every GEMM kernel uses.
-template <class Policy, class Instance, class Compute, class Epilogue>
+template <class Policy, staging StagingA, staging StagingB, class Instance, class Compute,
+          class Epilogue>
 GPUBATCH_DEVICE void tensor_core_tile(const Instance& problem, index_t b, index_t tile_row,
                                       index_t tile_col, Compute alpha, Compute beta,
                                       const Epilogue& epilogue) {
   using element = std::remove_const_t<std::remove_pointer_t<decltype(problem.a.data)>>;
-  using G = geometry<Policy, element>;
+  using G = geometry<Policy, element, StagingA, StagingB>;
   GPUBATCH_DYNAMIC_SHARED(unsigned char, tensor_core_shared, 128);
+  const bool cols_contiguous = problem.c.stride.col == 1;
   const auto* const c_tile = mainloop<G>(a_source(problem), b_source(problem), problem.k,
                                          tile_row, tile_col, tensor_core_shared);
 
-  for_each_output<G>(c_tile, tile_row, tile_col, problem.m, problem.n, problem.c.stride.col == 1,
+  for_each_output<G>(c_tile, tile_row, tile_col, problem.m, problem.n, cols_contiguous,
                      [&](index_t row, index_t col, auto value) {
                        store_output(problem.c(row, col), static_cast<Compute>(value), alpha, beta,
                                     epilogue, b, row, col);
@@ -205,10 +211,17 @@ GPUBATCH_DEVICE void tensor_core_tile(const Instance& problem, index_t b, index_
 
 #endif  // !GPUBATCH_DEVICE_CODE || GPUBATCH_DEVICE_ARCH >= 800
 
+/// The operand element type of a GEMM batch.
+template <class Batch>
+using batch_element_t = std::remove_const_t<
+    std::remove_pointer_t<decltype(std::declval<const Batch&>().problem(0).a.data)>>;
+
 /// Uniform batches: one C tile per block; grid.x walks the tiles of a problem, grid.y the
-/// problems of this launch (from `first_problem`).
-template <class Policy, class Batch, class Compute, class Epilogue>
-GPUBATCH_KERNEL void __launch_bounds__(Policy::threads, Policy::min_blocks_per_sm)
+/// problems of this launch (from `first_problem`). A and B are staged as StagingA and StagingB.
+template <class Policy, staging StagingA, staging StagingB, class Batch, class Compute,
+          class Epilogue>
+GPUBATCH_KERNEL void __launch_bounds__(
+    Policy::threads, (staged_blocks_per_sm<Policy, batch_element_t<Batch>, StagingA, StagingB>()))
     tensor_core_gemm_kernel(Batch batch, index_t first_problem, index_t tiles_n, Compute alpha,
                             Compute beta, Epilogue epilogue) {
 #if GPUBATCH_DEVICE_CODE && GPUBATCH_DEVICE_ARCH < 800
@@ -218,7 +231,8 @@ GPUBATCH_KERNEL void __launch_bounds__(Policy::threads, Policy::min_blocks_per_s
   tile_schedule::block_tile<Policy::tile_m, Policy::tile_n>(
       batch, first_problem, tiles_n,
       [&](const auto& problem, index_t b, index_t tile_row, index_t tile_col) {
-        tensor_core_tile<Policy>(problem, b, tile_row, tile_col, alpha, beta, epilogue);
+        tensor_core_tile<Policy, StagingA, StagingB>(problem, b, tile_row, tile_col, alpha, beta,
+                                                     epilogue);
       });
 #endif
 }
@@ -229,8 +243,10 @@ GPUBATCH_KERNEL void __launch_bounds__(Policy::threads, Policy::min_blocks_per_s
 /// descriptor (per-thread values where the one-tile kernel's come from blockIdx and uniform
 /// registers) took the f16 128 x 128 tile from 126 to 164 registers and from two blocks per SM
 /// to one.
-template <class Policy, class Batch, class Compute, class Epilogue>
-GPUBATCH_KERNEL void __launch_bounds__(Policy::threads, Policy::min_blocks_per_sm)
+template <class Policy, staging StagingA, staging StagingB, class Batch, class Compute,
+          class Epilogue>
+GPUBATCH_KERNEL void __launch_bounds__(
+    Policy::threads, (staged_blocks_per_sm<Policy, batch_element_t<Batch>, StagingA, StagingB>()))
     grouped_tensor_core_gemm_kernel(Batch batch, Compute alpha, Compute beta, Epilogue epilogue) {
 #if GPUBATCH_DEVICE_CODE && GPUBATCH_DEVICE_ARCH < 800
   (void)batch, (void)alpha, (void)beta, (void)epilogue;
@@ -241,9 +257,11 @@ GPUBATCH_KERNEL void __launch_bounds__(Policy::threads, Policy::min_blocks_per_s
   tile_schedule::walk_grouped_tiles<Policy::threads, Policy::tile_m, Policy::tile_n>(
       batch,
       tile_schedule::walk_storage_in<Policy::threads>(walk_shared,
-                                                      geometry<Policy, element>::shared_bytes),
+                                                      geometry<Policy, element, StagingA,
+                                                               StagingB>::shared_bytes),
       [&](const auto& problem, index_t b, index_t tile_row, index_t tile_col) {
-        tensor_core_tile<Policy>(problem, b, tile_row, tile_col, alpha, beta, epilogue);
+        tensor_core_tile<Policy, StagingA, StagingB>(problem, b, tile_row, tile_col, alpha, beta,
+                                                     epilogue);
       });
 #endif
 }
