@@ -144,30 +144,68 @@ GPUBATCH_HOST_DEVICE index_t chunk_depth(const Instance& p, index_t k0, index_t 
   return left <= 0 ? 0 : (left < k_chunk ? left : k_chunk);
 }
 
+/// One slot of a staging walk: a problem of the block and the element's two indices in it (A:
+/// row, q; B: q, column).
+struct staged_slot {
+  int local;
+  index_t first;
+  index_t second;
+};
+
+/// Slot `idx` of the walk over A's staged rows (all problems' rows end to end) and q in
+/// [0, k_chunk). `local` is where the search for the problem starts and is left at the found
+/// one: along a walk the rows only increase, so a thread carries it from slot to slot (0 always
+/// works).
+template <class Table>
+GPUBATCH_HOST_DEVICE staged_slot a_slot(const Table& table, index_t idx, index_t k_chunk,
+                                        int& local) {
+  const index_t g = idx / k_chunk;
+  while (table.a_begin[local + 1] <= g * table.a_pitch) ++local;
+  return {local, g - table.a_begin[local] / table.a_pitch, idx % k_chunk};
+}
+
+/// Slot `idx` of the walk over q and B's block columns (all problems' columns side by side),
+/// idx < k_chunk * table.b_pitch; the problem found by binary search of the column prefix.
+template <class Table>
+GPUBATCH_HOST_DEVICE staged_slot b_slot(const Table& table, index_t idx) {
+  const index_t q = idx / table.b_pitch, c = idx % table.b_pitch;
+  int lo = 0, hi = table.problems - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (table.b_begin[mid] <= c) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return {lo, q, c - table.b_begin[lo]};
+}
+
 /// Stages this thread's share of K chunk k0 of every problem (phase 3, between barriers), at
-/// a_offset and b_offset. The threads split into as many
-/// groups as there are problems (at most one group per thread); group g stages problems g,
-/// g + groups, ..., its threads walking each problem's elements with consecutive threads on
-/// consecutive elements.
+/// a_offset and b_offset. The block's threads walk each staging buffer as one run (a_slot,
+/// b_slot), consecutive threads on consecutive slots, so a warp's stores stay on distinct banks
+/// (2-way at most for A, whose rows skip one slot each when k_chunk is even); a group of threads
+/// per problem put a warp's stores in several problems' rows at once, up to 8-way.
 template <class Table, class Compute>
 GPUBATCH_HOST_DEVICE void stage_chunk(const Table& table, index_t k0, index_t k_chunk, int thread,
                                       int threads, Compute* a_s, Compute* b_s) {
   if (table.problems == 0) return;
-  const int groups = table.problems < threads ? table.problems : threads;
-  const int group_size = threads / groups;
-  const int group = thread / group_size;
-  if (group >= groups) return;  // threads left over when groups does not divide threads
-  const int member = thread % group_size;
-  for (int l = group; l < table.problems; l += groups) {
-    const auto& p = table.problem[l];
-    const index_t kk = chunk_depth(p, k0, k_chunk);
-    for (index_t idx = member; idx < p.m * kk; idx += group_size) {
-      const index_t i = idx / kk, q = idx % kk;
-      a_s[a_offset(table, l, i, q)] = convert<Compute>(p.a(i, k0 + q));
+  const index_t a_slots = table.a_begin[table.problems] / table.a_pitch * k_chunk;
+  int local = 0;
+  for (index_t idx = thread; idx < a_slots; idx += threads) {
+    const staged_slot at = a_slot(table, idx, k_chunk, local);
+    const auto& p = table.problem[at.local];
+    if (at.second < chunk_depth(p, k0, k_chunk)) {
+      a_s[a_offset(table, at.local, at.first, at.second)] =
+          convert<Compute>(p.a(at.first, k0 + at.second));
     }
-    for (index_t idx = member; idx < kk * p.n; idx += group_size) {
-      const index_t q = idx / p.n, j = idx % p.n;
-      b_s[b_offset(table, l, q, j)] = convert<Compute>(p.b(k0 + q, j));
+  }
+  for (index_t idx = thread; idx < k_chunk * table.b_pitch; idx += threads) {
+    const staged_slot at = b_slot(table, idx);
+    const auto& p = table.problem[at.local];
+    if (at.first < chunk_depth(p, k0, k_chunk)) {
+      b_s[b_offset(table, at.local, at.first, at.second)] =
+          convert<Compute>(p.b(k0 + at.first, at.second));
     }
   }
 }
