@@ -16,7 +16,8 @@
 /// end to end, and their B columns a run of consecutive columns of the problems side by side.
 /// A is staged as those rows, a_pitch(kc) (odd) elements apart, so 32 consecutive rows start on
 /// 32 different banks (16 distinct 8-byte slots for f64); B as kc rows of all the block's
-/// columns, problem after problem, so at one K index the warp reads one contiguous run.
+/// columns, problem after problem, so at one K index the warp reads one contiguous run (f64:
+/// a half warp inside one problem of 17 to 31 columns wraps around its row, 2-way).
 #pragma once
 
 #include <gpubatch/config.hpp>
