@@ -5,6 +5,7 @@
 #pragma once
 
 #include <gpubatch/config.hpp>
+#include <gpubatch/detail/gemm/warp_tiling.hpp>
 #include <gpubatch/numeric.hpp>
 #include <gpubatch/views.hpp>
 
@@ -78,10 +79,12 @@ struct gemm_policy {
   /// C elements each thread accumulates in registers.
   static constexpr int accumulators_per_thread = TileM * TileN / (Warps * 32);
 
-  /// Shared memory one block stages, for compute type `Compute`.
+  /// Shared memory one block stages, for compute type `Compute`: each stage's A and B tiles,
+  /// with 16 bytes of padding after each of their K rows (against bank conflicts).
   template <class Compute>
   static constexpr std::int64_t shared_bytes() {
-    return std::int64_t{Stages} * ProblemsPerBlock * (TileM + TileN) * TileK *
+    return std::int64_t{Stages} * ProblemsPerBlock *
+           detail::simt::stage_elements<Compute, TileM, TileN, TileK> *
            static_cast<std::int64_t>(sizeof(Compute));
   }
 };

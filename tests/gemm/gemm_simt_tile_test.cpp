@@ -140,7 +140,10 @@ tile_result check_tile(const operand_case& oc, bool transpose_into_shared, index
                                             &bad_reads};
   using tile = simt::operand_tile<Rows, Cols, Threads, Compute, T>;
   const simt::operand_plan plan = tile::plan(x, oc.rows, oc.cols);
-  std::vector<Compute> shared(static_cast<std::size_t>(Rows * Cols), byte_poison<Compute>());
+  // Staged lines are stage_pitch elements apart (padded against bank conflicts).
+  const int staged = transpose_into_shared ? Cols * simt::stage_pitch<Compute, Rows>
+                                           : Rows * simt::stage_pitch<Compute, Cols>;
+  std::vector<Compute> shared(static_cast<std::size_t>(staged), byte_poison<Compute>());
   for (int thread = 0; thread < Threads; ++thread) {
     Compute regs[Rows * Cols / Threads];
     std::fill(std::begin(regs), std::end(regs), byte_poison<Compute>());
@@ -165,8 +168,8 @@ tile_result check_tile(const operand_case& oc, bool transpose_into_shared, index
       const index_t gi = row0 + i, gj = col0 + j;
       const Compute want = gi < oc.rows && gj < oc.cols ? gpubatch::convert<Compute>(x(gi, gj))
                                                         : Compute(0);
-      const Compute got =
-          shared[static_cast<std::size_t>(transpose_into_shared ? j * Rows + i : i * Cols + j)];
+      const Compute got = shared[static_cast<std::size_t>(
+          simt::staged_offset<Rows, Cols, Compute>(transpose_into_shared, {i, j}))];
       if (!same_bits(got, want)) {
         if (wrong++ == 0) std::tie(first_i, first_j) = std::make_pair(i, j);
       }

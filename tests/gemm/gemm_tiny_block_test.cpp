@@ -45,8 +45,8 @@ void run_blocks(const Batch& batch, const tiny::block_bounds& bounds, launch_geo
   REQUIRE(g.max_problems <= MaxProblems);
   REQUIRE(ppb >= 1);
   REQUIRE(ppb <= g.max_problems);
-  const index_t a_elems = ppb * bounds.max_m * kc;
-  const index_t staged = ppb * (bounds.max_m + bounds.max_n) * kc;
+  const index_t a_elems = ppb * bounds.max_m * tiny::a_pitch(kc);
+  const index_t staged = a_elems + ppb * bounds.max_n * kc;
   REQUIRE(staged <= budget);
   constexpr index_t guard = 64;
   const float poison = std::numeric_limits<float>::quiet_NaN();
@@ -258,6 +258,58 @@ TEST_CASE("tiny block: problems per block respect registers, shared memory and t
   CHECK(tiny::problems_per_block({32, 32, 64}, 32, 128, 8, 4, budget) == 1);
   CHECK(tiny::problems_per_block({8, 8, 8}, 8, 128, 8, 4, budget) == 4);
   CHECK(tiny::problems_per_block({8, 8, 8}, 8, 128, 8, 64, budget) == 16);
-  CHECK(tiny::problems_per_block({4, 4, 64}, 32, 128, 8, 1000, budget) == 48);  // shared-bound
+  // shared-bound: 4 A rows of 33 (the odd pitch) and 32 B rows of 4 per problem
+  CHECK(tiny::problems_per_block({4, 4, 64}, 32, 128, 8, 1000, budget) == 47);
   CHECK(tiny::problems_per_block({1, 1, 1}, 1, 32, 1, 4, budget) == 4);
+}
+
+TEST_CASE("tiny block: shared memory capped so the policy's blocks fit one SM", "[gemm][tiny]") {
+  // (shared memory per SM, reserved per block) of sm_90, sm_80, sm_86/89 and sm_75
+  CHECK(tiny::shared_cap(233472, 1024, 4) == 48 * 1024);  // no opt-in: 48 KiB at most
+  CHECK(tiny::shared_cap(167936, 1024, 4) == 40 * 1024);
+  CHECK(tiny::shared_cap(102400, 1024, 4) == 24 * 1024);
+  CHECK(tiny::shared_cap(65536, 0, 4) == 16 * 1024);
+
+  using policy = gpubatch::default_gemm_policy<float, 80, gpubatch::size_class::tiny>::type;
+  const index_t sm80_cap = tiny::shared_cap(167936, 1024, policy::min_blocks_per_sm);
+  const index_t table = 2048;  // about the table of 16 strided problems
+  bool cap_bit = false;
+  for (const index_t bytes : {index_t{4}, index_t{8}}) {
+    for (const index_t m : {1, 2, 3, 8, 13, 32}) {
+      for (const index_t n : {1, 4, 7, 16, 32}) {
+        for (const index_t k : {1, 5, 32, 64}) {
+          CAPTURE(bytes, m, n, k);
+          const tiny::block_bounds bounds{m, n, k};
+          const auto plan = [&](index_t cap) {
+            return tiny::plan_launch(bounds, 1000, policy::tile_k, policy::threads,
+                                     policy::accumulators_per_thread, policy::problems_per_block,
+                                     table, bytes, cap);
+          };
+          const tiny::launch_plan capped = plan(sm80_cap), uncapped = plan(48 * 1024);
+          REQUIRE(capped.k_chunk == std::min<index_t>(k, 32));
+          REQUIRE(capped.problems_per_block >= 1);
+          // Four blocks (with their reserved KiB) fit sm_80's 164 KiB, or one problem alone
+          // needs more than a quarter of it.
+          if (capped.problems_per_block > 1) {
+            REQUIRE(policy::min_blocks_per_sm * (capped.shared_bytes + 1024) <= 167936);
+          }
+          REQUIRE(capped.shared_bytes ==
+                  table + capped.problems_per_block *
+                              (m * tiny::a_pitch(capped.k_chunk) + n * capped.k_chunk) * bytes);
+          REQUIRE(capped.problems_per_block <= uncapped.problems_per_block);
+          cap_bit = cap_bit || capped.problems_per_block < uncapped.problems_per_block;
+        }
+      }
+    }
+  }
+  CHECK(cap_bit);  // some shapes do lose problems per block to the cap on sm_80
+  // 8 x 8 x 32 f64: 520 staged elements (8 A rows of 33, 32 B rows of 8) per problem
+  const auto f64_8x8 = [&](index_t cap) {
+    return tiny::plan_launch({8, 8, 32}, 1000, 32, 128, 8, 16, table, 8, cap).problems_per_block;
+  };
+  CHECK(f64_8x8(sm80_cap) == 9);
+  CHECK(f64_8x8(48 * 1024) == 11);
+  // never more problems per block than the batch has
+  CHECK(tiny::plan_launch({8, 8, 8}, 3, 32, 128, 8, 16, table, 4, sm80_cap).problems_per_block ==
+        3);
 }

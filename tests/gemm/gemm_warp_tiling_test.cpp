@@ -32,7 +32,8 @@ void check_product() {
   constexpr int BM = Policy::tile_m, BN = Policy::tile_n, BK = Policy::tile_k;
   std::mt19937 rng(BM * 131 + BN * 7 + BK);
   std::uniform_int_distribution<int> value(-8, 8);
-  std::vector<Compute> a_s(BM * BK), b_s(BK * BN);  // [BK][BM] and [BK][BN], as staged
+  constexpr int pa = simt::stage_pitch<Compute, BM>, pb = simt::stage_pitch<Compute, BN>;
+  std::vector<Compute> a_s(pa * BK), b_s(BK * pb);  // [BK][BM] and [BK][BN], as staged
   for (auto& v : a_s) v = static_cast<Compute>(value(rng));
   for (auto& v : b_s) v = static_cast<Compute>(value(rng));
 
@@ -62,7 +63,7 @@ void check_product() {
       REQUIRE(owners[row * BN + col] == 1);
       double expected = 1;
       for (int p = 0; p < BK; ++p) {
-        expected += static_cast<double>(a_s[p * BM + row]) * static_cast<double>(b_s[p * BN + col]);
+        expected += static_cast<double>(a_s[p * pa + row]) * static_cast<double>(b_s[p * pb + col]);
       }
       REQUIRE(static_cast<double>(c[row * BN + col]) == expected);
     }
@@ -116,10 +117,10 @@ void check_fragment_reads() {
   for (int warp = 0; warp < Policy::threads / 32; ++warp) {
     for (int p = 0; p < Policy::tile_k; ++p) {
       check_reads("A", warp, p, tiling::tm, tiling::vector_m, [](simt::lane_origin at, int k, int i) {
-        return std::int64_t{k} * BM + at.row + tiling::row(i);
+        return std::int64_t{simt::a_fragment_offset<tiling, BM, Compute>(at, k, i)};
       });
       check_reads("B", warp, p, tiling::tn, tiling::vector_n, [](simt::lane_origin at, int k, int j) {
-        return std::int64_t{k} * BN + at.col + tiling::col(j);
+        return std::int64_t{simt::b_fragment_offset<tiling, BN, Compute>(at, k, j)};
       });
     }
   }

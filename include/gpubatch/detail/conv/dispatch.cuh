@@ -175,7 +175,8 @@ constexpr std::int64_t implicit_shared_bytes() {
         std::remove_pointer_t<decltype(std::declval<const Batch&>().problem(0).x)>>;
     return tensor_core::geometry<Policy, element>::shared_bytes;
   } else {
-    return std::int64_t{Policy::stages} * (Policy::tile_m + Policy::tile_n) * Policy::tile_k *
+    return std::int64_t{Policy::stages} *
+           simt::stage_elements<Compute, Policy::tile_m, Policy::tile_n, Policy::tile_k> *
            static_cast<std::int64_t>(sizeof(Compute));
   }
 }

@@ -61,7 +61,7 @@ GPUBATCH_KERNEL void __launch_bounds__(Policy::threads, Policy::min_blocks_per_s
   using tiling = cuda_gemm::policy_tiling<Policy, Compute>;
   constexpr int a_per_thread = BM * BK / T;
   constexpr int b_per_thread = BK * BN / T;
-  constexpr int stage_elems = (BM + BN) * BK;
+  constexpr int stage_elems = simt::stage_elements<Compute, BM, BN, BK>;
 
   GPUBATCH_DYNAMIC_SHARED(unsigned char, conv_shared, 16);
   Compute* const shared = reinterpret_cast<Compute*>(conv_shared);
@@ -81,7 +81,8 @@ GPUBATCH_KERNEL void __launch_bounds__(Policy::threads, Policy::min_blocks_per_s
 
   // A elements of this thread: fixed (row, kk-offset) positions in the tile. Consecutive threads
   // walk kk when the gather is contiguous along kk (NHWC channels), else the rows (NCHW
-  // output columns), so warps read adjacent addresses.
+  // output columns), so warps read adjacent addresses: the element-wise walk of
+  // simt::position_of, whose staged addresses the host tests check for bank conflicts.
   const bool a_k_fast = g.a_k_contiguous();
   const bool b_k_fast = g.b_k_contiguous();
   typename mapping::row_cursor a_rows[a_per_thread];
@@ -89,9 +90,9 @@ GPUBATCH_KERNEL void __launch_bounds__(Policy::threads, Policy::min_blocks_per_s
   int a_kk_in_tile[a_per_thread];
 #pragma unroll
   for (int r = 0; r < a_per_thread; ++r) {
-    const int e = tid + r * T;
-    a_row_in_tile[r] = a_k_fast ? e / BK : e % BM;
-    a_kk_in_tile[r] = a_k_fast ? e % BK : e / BM;
+    const simt::tile_position at = simt::position_of<BM, BK, T, 1>(a_k_fast, tid, r);
+    a_row_in_tile[r] = at.row;
+    a_kk_in_tile[r] = at.col;
     a_rows[r] = g.row(tile_row + a_row_in_tile[r]);  // resolved once: sample, input origin
   }
 
@@ -107,26 +108,26 @@ GPUBATCH_KERNEL void __launch_bounds__(Policy::threads, Policy::min_blocks_per_s
     }
 #pragma unroll
     for (int r = 0; r < b_per_thread; ++r) {
-      const int e = tid + r * T;  // consecutive threads walk B's contiguous dimension
-      const index_t kk = k0 + (b_k_fast ? e % BK : e / BN);
-      const index_t j = tile_col + (b_k_fast ? e / BK : e % BN);
+      // consecutive threads walk B's contiguous dimension
+      const simt::tile_position at = simt::position_of<BK, BN, T, 1>(!b_k_fast, tid, r);
+      const index_t kk = k0 + at.row;
+      const index_t j = tile_col + at.col;
       const auto* const p = (kk < k_end && j < n) ? g.b(kk, j) : nullptr;
       b_regs[r] = p != nullptr ? convert<Compute>(*p) : Compute(0);
     }
   };
   const auto stash = [&](int stage) {
-    Compute* const a_s = shared + stage * stage_elems;  // [BK][BM]
-    Compute* const b_s = a_s + BM * BK;                 // [BK][BN]
+    Compute* const a_s = shared + stage * stage_elems;            // [BK][BM]
+    Compute* const b_s = a_s + simt::stage_pitch<Compute, BM> * BK;  // [BK][BN]
 #pragma unroll
-    for (int r = 0; r < a_per_thread; ++r) a_s[a_kk_in_tile[r] * BM + a_row_in_tile[r]] = a_regs[r];
+    for (int r = 0; r < a_per_thread; ++r) {
+      a_s[simt::staged_offset<BM, BK, Compute>(true, {a_row_in_tile[r], a_kk_in_tile[r]})] =
+          a_regs[r];
+    }
 #pragma unroll
     for (int r = 0; r < b_per_thread; ++r) {
-      const int e = tid + r * T;
-      if (b_k_fast) {
-        b_s[(e % BK) * BN + e / BK] = b_regs[r];
-      } else {
-        b_s[e] = b_regs[r];  // row e / BN, column e % BN
-      }
+      b_s[simt::staged_offset<BK, BN, Compute>(
+          false, simt::position_of<BK, BN, T, 1>(!b_k_fast, tid, r))] = b_regs[r];
     }
   };
 

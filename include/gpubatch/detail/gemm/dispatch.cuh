@@ -34,6 +34,8 @@ struct device_facts {
   int arch = 0;                  ///< compute capability as 10 * major + minor (e.g. 90)
   int code_arch = 0;             ///< what this file's kernels run as there (see code_arch())
   std::int64_t shared_optin = 0; ///< shared memory a block may have once its kernel opts in
+  std::int64_t shared_per_sm = 0;       ///< shared memory of one multiprocessor
+  std::int64_t reserved_per_block = 0;  ///< shared memory the system keeps for each block
   int sms = 0;                   ///< streaming multiprocessors
 };
 
@@ -49,13 +51,19 @@ inline const device_facts& current_device_facts() {
     return found->second;
   }
   device_facts facts;
-  int major = 0, minor = 0, shared = 0;
+  int major = 0, minor = 0, shared = 0, per_sm = 0, reserved = 0;
   GPUBATCH_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   GPUBATCH_CUDA_TRY(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
   GPUBATCH_CUDA_TRY(cudaDeviceGetAttribute(&shared, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  GPUBATCH_CUDA_TRY(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor,
+                                           device));
+  GPUBATCH_CUDA_TRY(cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock,
+                                           device));
   GPUBATCH_CUDA_TRY(cudaDeviceGetAttribute(&facts.sms, cudaDevAttrMultiProcessorCount, device));
   facts.arch = 10 * major + minor;
   facts.shared_optin = shared;
+  facts.shared_per_sm = per_sm;
+  facts.reserved_per_block = reserved;
   // Read as CUB does, from the PTX version of a kernel compiled with the others.
   cudaFuncAttributes attributes{};
   GPUBATCH_CUDA_TRY(cudaFuncGetAttributes(&attributes, arch_probe_kernel<>));
@@ -274,7 +282,9 @@ void launch_tensor_core(cudaStream_t stream, const Batch& batch, index_t max_m, 
 
 /// Tiny problems: as many per block as the block's threads have output registers for and its
 /// shared memory has room, within the policy's problems-per-block bound; sized from the bounds
-/// (a uniform batch's own shape, a grouped batch's promised bounds).
+/// (a uniform batch's own shape, a grouped batch's promised bounds). The shared memory is capped
+/// so that the policy's MinBlocksPerSm blocks fit one multiprocessor of this device
+/// (tiny::shared_cap); where the cap bites, blocks take fewer problems.
 template <class Policy, class Batch, class Compute, class Epilogue>
 void launch_tiny(cudaStream_t stream, const Batch& batch, const tiny::block_bounds& bounds,
                  Compute alpha, Compute beta, const Epilogue& epilogue) {
@@ -283,25 +293,24 @@ void launch_tiny(cudaStream_t stream, const Batch& batch, const tiny::block_boun
   static_assert(threads * outputs_per_thread >= 32 * 32,
                 "gpubatch: the tiny policy must hold a whole 32 x 32 problem in its registers");
   // The block's table of problems comes first in its shared memory; the staged operands share
-  // the rest of 48 KiB (no opt-in needed).
+  // the rest of the cap (at most 48 KiB: no opt-in needed).
   using instance = std::remove_cv_t<decltype(batch.problem(0))>;
   constexpr index_t table_bytes =
       tiny::table_bytes<tiny::block_table<instance, Policy::problems_per_block>>();
-  constexpr index_t shared_budget =
-      (48 * 1024 - table_bytes) / static_cast<index_t>(sizeof(Compute));
-  const index_t k_chunk = std::min<index_t>(bounds.max_k, Policy::tile_k);
-  const index_t ppb = std::min(batch.count,
-                               tiny::problems_per_block(bounds, k_chunk, threads, outputs_per_thread,
-                                                        Policy::problems_per_block, shared_budget));
-  const index_t blocks = ceil_div(batch.count, ppb);
-  const auto shared_bytes = static_cast<std::size_t>(
-      table_bytes +
-      ppb * (bounds.max_m + bounds.max_n) * k_chunk * static_cast<index_t>(sizeof(Compute)));
+  const device_facts& facts = current_device_facts();
+  const tiny::launch_plan plan = tiny::plan_launch(
+      bounds, batch.count, Policy::tile_k, threads, outputs_per_thread,
+      Policy::problems_per_block, table_bytes, static_cast<index_t>(sizeof(Compute)),
+      tiny::shared_cap(facts.shared_per_sm, facts.reserved_per_block, Policy::min_blocks_per_sm));
+  const index_t blocks = ceil_div(batch.count, plan.problems_per_block);
   launch(tiny_gemm_kernel<threads, Policy::min_blocks_per_sm, outputs_per_thread,
                           Policy::problems_per_block, Batch, Compute, Epilogue>,
-         launch_config{static_cast<unsigned>(blocks), threads, shared_bytes, stream}, batch,
-         tiny_shape{static_cast<int>(ppb), static_cast<int>(k_chunk), bounds}, alpha, beta,
-         epilogue);
+         launch_config{static_cast<unsigned>(blocks), threads,
+                       static_cast<std::size_t>(plan.shared_bytes), stream},
+         batch,
+         tiny_shape{static_cast<int>(plan.problems_per_block), static_cast<int>(plan.k_chunk),
+                    bounds},
+         alpha, beta, epilogue);
   GPUBATCH_CUDA_TRY(cudaGetLastError());
 }
 

@@ -71,9 +71,10 @@ GPUBATCH_KERNEL void __launch_bounds__(Threads, MinBlocksPerSm)
   if (thread == 0) tiny::finish_table(problems, kc, table);
   __syncthreads();
 
-  // [problems][m][kc], then [problems][kc][n]
+  // A: the problems' rows end to end, a_pitch apart; then B: kc rows of the problems' columns
+  // side by side (tiny_block.hpp)
   Compute* const a_s = reinterpret_cast<Compute*>(tiny_shared + tiny::table_bytes<table_type>());
-  Compute* const b_s = a_s + static_cast<index_t>(ppb) * shape.bounds.max_m * kc;
+  Compute* const b_s = a_s + static_cast<index_t>(ppb) * shape.bounds.max_m * tiny::a_pitch(kc);
   tiny::owned_output own[OutputsPerThread];
   Compute acc[OutputsPerThread];
 #pragma unroll
@@ -127,13 +128,13 @@ using policy_tiling = simt::warp_tiling<Policy::tile_m, Policy::tile_n, Policy::
 /// stages. On return acc holds this thread's part of the block's product (see warp_tiling).
 /// @param fetch fetch(kt) loads K tile kt into the caller's registers
 /// @param stash stash(stage) stores those registers into stage buffer `stage`: A as [BK][BM],
-///        B as [BK][BN], B right after A
+///        B as [BK][BN], B right after A, K rows simt::stage_pitch elements apart
 template <class Policy, class Tiling, class Compute, class Fetch, class Stash>
 GPUBATCH_DEVICE void tiled_mainloop(index_t k_tiles, const Compute* shared, simt::lane_origin at,
                                     Fetch&& fetch, Stash&& stash,
                                     Compute (&acc)[Tiling::tm][Tiling::tn]) {
   constexpr int BM = Policy::tile_m, BN = Policy::tile_n, BK = Policy::tile_k;
-  constexpr int stage_elems = (BM + BN) * BK;
+  constexpr int stage_elems = simt::stage_elements<Compute, BM, BN, BK>;
 #pragma unroll
   for (int i = 0; i < Tiling::tm; ++i)
 #pragma unroll
@@ -148,7 +149,8 @@ GPUBATCH_DEVICE void tiled_mainloop(index_t k_tiles, const Compute* shared, simt
     const bool more = kt + 1 < k_tiles;
     if (more) fetch(kt + 1);  // global loads in flight while this tile is computed
     const Compute* const a_s = shared + stage * stage_elems;
-    simt::multiply_stage<Tiling, BM, BN, BK>(a_s, a_s + BM * BK, at, acc);
+    simt::multiply_stage<Tiling, BM, BN, BK>(a_s, a_s + simt::stage_pitch<Compute, BM> * BK, at,
+                                             acc);
     if (more) {
       if constexpr (Policy::stages == 1) __syncthreads();  // one buffer: wait for every reader
       stash(Policy::stages == 2 ? 1 - stage : 0);
@@ -172,7 +174,7 @@ GPUBATCH_DEVICE void tiled_gemm_tile(const Instance& problem, index_t b, index_t
 
   GPUBATCH_DYNAMIC_SHARED(unsigned char, tiled_shared, 16);
   Compute* const shared = reinterpret_cast<Compute*>(tiled_shared);
-  constexpr int stage_elems = (BM + BN) * BK;
+  constexpr int stage_elems = simt::stage_elements<Compute, BM, BN, BK>;
 
   using TA = std::remove_const_t<std::remove_pointer_t<decltype(problem.a.data)>>;
   using TB = std::remove_const_t<std::remove_pointer_t<decltype(problem.b.data)>>;
@@ -191,8 +193,8 @@ GPUBATCH_DEVICE void tiled_gemm_tile(const Instance& problem, index_t b, index_t
                  global_tile_loader<Compute>{});
   };
   const auto stash = [&](int stage) {
-    Compute* const a_s = shared + stage * stage_elems;  // [BK][BM]
-    Compute* const b_s = a_s + BM * BK;                 // [BK][BN]
+    Compute* const a_s = shared + stage * stage_elems;            // [BK][BM]
+    Compute* const b_s = a_s + simt::stage_pitch<Compute, BM> * BK;  // [BK][BN]
     a_tile::store(a_plan, true, a_s, thread, a_regs);
     b_tile::store(b_plan, false, b_s, thread, b_regs);
   };

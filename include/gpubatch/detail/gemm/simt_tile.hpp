@@ -20,6 +20,7 @@
 
 #include <gpubatch/config.hpp>
 #include <gpubatch/detail/gemm/problem.hpp>
+#include <gpubatch/detail/gemm/warp_tiling.hpp>
 #include <gpubatch/numeric.hpp>
 
 #include <cstdint>
@@ -40,9 +41,7 @@ namespace detail::simt {
 /// Elements of `Compute` in one 16-byte load (1 when 16 bytes do not hold a whole number of
 /// them, which leaves such types on the element-wise path).
 template <class Compute>
-inline constexpr int vector_width =
-    sizeof(Compute) <= 16 && 16 % sizeof(Compute) == 0 ? static_cast<int>(16 / sizeof(Compute))
-                                                       : 1;
+inline constexpr int vector_width = elements_in_16_bytes<Compute>;
 
 /// Whether `p` is 16-byte aligned.
 template <class T>
@@ -121,15 +120,38 @@ GPUBATCH_HOST_DEVICE void load_chunks(bool cols_contiguous, bool vectorized,
   }
 }
 
-/// Stores registers loaded with chunks of width `Width` (see position_of) into shared memory.
+/// Shared-memory element offset of tile element `at` in a tile staged [Cols][Rows] (transposed)
+/// or [Rows][Cols], each staged line stage_pitch elements long.
+template <int Rows, int Cols, class Compute>
+GPUBATCH_HOST_DEVICE constexpr int staged_offset(bool transpose_into_shared, tile_position at) {
+  return transpose_into_shared ? at.col * stage_pitch<Compute, Rows> + at.row
+                               : at.row * stage_pitch<Compute, Cols> + at.col;
+}
+
+/// Stores registers loaded with chunks of width `Width` (see position_of) into shared memory. A
+/// chunk that runs along a staged line is one 16-byte store; one that crosses lines (the
+/// transposing store) is stored element by element, each store of the warp spread over the banks
+/// by the stage's padding.
 template <int Rows, int Cols, int Threads, int Width, class Compute>
 GPUBATCH_HOST_DEVICE void store_chunks(bool cols_contiguous, bool transpose_into_shared,
                                        Compute* dst, int thread,
                                        const Compute (&regs)[Rows * Cols / Threads]) {
+  if constexpr (Width > 1) {
+    if (cols_contiguous != transpose_into_shared) {
+      GPUBATCH_SIMT_TILE_UNROLL
+      for (int r = 0; r < Rows * Cols / Threads; r += Width) {
+        const tile_position at =
+            position_of<Rows, Cols, Threads, Width>(cols_contiguous, thread, r);
+        write_piece<Width>(&regs[r],
+                           dst + staged_offset<Rows, Cols, Compute>(transpose_into_shared, at));
+      }
+      return;
+    }
+  }
   GPUBATCH_SIMT_TILE_UNROLL
   for (int r = 0; r < Rows * Cols / Threads; ++r) {
     const tile_position at = position_of<Rows, Cols, Threads, Width>(cols_contiguous, thread, r);
-    dst[transpose_into_shared ? at.col * Rows + at.row : at.row * Cols + at.col] = regs[r];
+    dst[staged_offset<Rows, Cols, Compute>(transpose_into_shared, at)] = regs[r];
   }
 }
 
@@ -194,7 +216,7 @@ struct operand_tile {
 
   /// Stores registers filled by load (with the same plan) into a shared-memory tile laid out
   /// [Cols][Rows] when `transpose_into_shared` (A: K-major, so the inner product walks m
-  /// contiguously) or [Rows][Cols] otherwise.
+  /// contiguously) or [Rows][Cols] otherwise, lines stage_pitch elements apart.
   GPUBATCH_HOST_DEVICE static void store(const operand_plan& plan, bool transpose_into_shared,
                                          Compute* dst, int thread,
                                          const Compute (&regs)[elements]) {

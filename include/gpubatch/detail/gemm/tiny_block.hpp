@@ -9,6 +9,15 @@
 /// chunk (m x kc) and B chunk (kc x n) have a fixed place in the staging buffers. The kernel is
 /// these functions separated by barriers, so a host test that calls them for every thread of a
 /// block, phase by phase, runs exactly the kernel's index math.
+///
+/// Staging layout, chosen so that the accumulation's shared-memory reads are free of bank
+/// conflicts for any shapes up to 32 x 32 (the host tests enumerate them): a warp's 32 outputs
+/// are consecutive, so their A rows are a run of consecutive rows of the block's problems laid
+/// end to end, and their B columns a run of consecutive columns of the problems side by side.
+/// A is staged as those rows, a_pitch(kc) (odd) elements apart, so 32 consecutive rows start on
+/// 32 different banks (16 distinct 8-byte slots for f64); B as kc rows of all the block's
+/// columns, problem after problem, so at one K index the warp reads one contiguous run (f64:
+/// a half warp inside one problem of 17 to 31 columns wraps around its row, 2-way).
 #pragma once
 
 #include <gpubatch/config.hpp>
@@ -28,8 +37,10 @@ struct block_table {
   index_t k_max;                         ///< the deepest of them (K chunks to walk)
   Instance problem[MaxProblems];          ///< gemm_instance of each problem
   index_t output_begin[MaxProblems + 1];  ///< prefix sums of m * n
-  index_t a_begin[MaxProblems + 1];       ///< prefix sums of m * k_chunk
-  index_t b_begin[MaxProblems + 1];       ///< prefix sums of k_chunk * n
+  index_t a_begin[MaxProblems + 1];       ///< prefix sums of m * a_pitch: A row 0 of each problem
+  index_t b_begin[MaxProblems + 1];       ///< prefix sums of n: B column 0 of each problem
+  index_t a_pitch;                        ///< elements between staged A rows (odd)
+  index_t b_pitch;                        ///< elements between staged B rows (the block's columns)
 
   /// Outputs of the whole block.
   GPUBATCH_HOST_DEVICE index_t outputs() const { return output_begin[problems]; }
@@ -47,6 +58,25 @@ struct block_bounds {
   index_t max_m, max_n, max_k;
 };
 
+/// Elements between staged A rows for K chunks of depth `k_chunk`: the next odd number, so
+/// consecutive rows fall on different banks (4-byte elements: 32 rows, 32 banks; 8-byte: 16
+/// rows, the 16 slots of a half-warp's wavefront).
+GPUBATCH_HOST_DEVICE constexpr index_t a_pitch(index_t k_chunk) { return k_chunk | 1; }
+
+/// Shared-memory offset (elements, from the start of the A staging) of A element (row, q) of
+/// block problem `local`.
+template <class Table>
+GPUBATCH_HOST_DEVICE index_t a_offset(const Table& table, int local, index_t row, index_t q) {
+  return table.a_begin[local] + row * table.a_pitch + q;
+}
+
+/// Shared-memory offset (elements, from the start of the B staging) of B element (q, col) of
+/// block problem `local`.
+template <class Table>
+GPUBATCH_HOST_DEVICE index_t b_offset(const Table& table, int local, index_t q, index_t col) {
+  return q * table.b_pitch + table.b_begin[local] + col;
+}
+
 /// Stores instance `local` of a block (phase 1, one thread per problem).
 template <class Batch, class Table>
 GPUBATCH_HOST_DEVICE void fetch_problem(const Batch& batch, index_t first, int local,
@@ -63,14 +93,16 @@ template <class Table>
 GPUBATCH_HOST_DEVICE void finish_table(int problems, index_t k_chunk, Table& table) {
   table.problems = problems;
   table.k_max = 0;
+  table.a_pitch = a_pitch(k_chunk);
   table.output_begin[0] = table.a_begin[0] = table.b_begin[0] = 0;
   for (int l = 0; l < problems; ++l) {
     const auto& p = table.problem[l];
     table.output_begin[l + 1] = table.output_begin[l] + p.m * p.n;
-    table.a_begin[l + 1] = table.a_begin[l] + p.m * k_chunk;
-    table.b_begin[l + 1] = table.b_begin[l] + k_chunk * p.n;
+    table.a_begin[l + 1] = table.a_begin[l] + p.m * table.a_pitch;
+    table.b_begin[l + 1] = table.b_begin[l] + p.n;
     table.k_max = p.k > table.k_max ? p.k : table.k_max;
   }
+  table.b_pitch = table.b_begin[problems];
 }
 
 /// The problem that block output `e` (< table.outputs()) belongs to: binary search of the prefix.
@@ -113,32 +145,68 @@ GPUBATCH_HOST_DEVICE index_t chunk_depth(const Instance& p, index_t k0, index_t 
   return left <= 0 ? 0 : (left < k_chunk ? left : k_chunk);
 }
 
-/// Stages this thread's share of K chunk k0 of every problem (phase 3, between barriers): A as
-/// [m][k_chunk] at a_begin, B as [k_chunk][n] at b_begin. The threads split into as many
-/// groups as there are problems (at most one group per thread); group g stages problems g,
-/// g + groups, ..., its threads walking each problem's elements with consecutive threads on
-/// consecutive elements.
+/// One slot of a staging walk: a problem of the block and the element's two indices in it (A:
+/// row, q; B: q, column).
+struct staged_slot {
+  int local;
+  index_t first;
+  index_t second;
+};
+
+/// Slot `idx` of the walk over A's staged rows (all problems' rows end to end) and q in
+/// [0, k_chunk). `local` is where the search for the problem starts and is left at the found
+/// one: along a walk the rows only increase, so a thread carries it from slot to slot (0 always
+/// works).
+template <class Table>
+GPUBATCH_HOST_DEVICE staged_slot a_slot(const Table& table, index_t idx, index_t k_chunk,
+                                        int& local) {
+  const index_t g = idx / k_chunk;
+  while (table.a_begin[local + 1] <= g * table.a_pitch) ++local;
+  return {local, g - table.a_begin[local] / table.a_pitch, idx % k_chunk};
+}
+
+/// Slot `idx` of the walk over q and B's block columns (all problems' columns side by side),
+/// idx < k_chunk * table.b_pitch; the problem found by binary search of the column prefix.
+template <class Table>
+GPUBATCH_HOST_DEVICE staged_slot b_slot(const Table& table, index_t idx) {
+  const index_t q = idx / table.b_pitch, c = idx % table.b_pitch;
+  int lo = 0, hi = table.problems - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (table.b_begin[mid] <= c) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return {lo, q, c - table.b_begin[lo]};
+}
+
+/// Stages this thread's share of K chunk k0 of every problem (phase 3, between barriers), at
+/// a_offset and b_offset. The block's threads walk each staging buffer as one run (a_slot,
+/// b_slot), consecutive threads on consecutive slots, so a warp's stores stay on distinct banks
+/// (2-way at most for A, whose rows skip one slot each when k_chunk is even); a group of threads
+/// per problem put a warp's stores in several problems' rows at once, up to 8-way.
 template <class Table, class Compute>
 GPUBATCH_HOST_DEVICE void stage_chunk(const Table& table, index_t k0, index_t k_chunk, int thread,
                                       int threads, Compute* a_s, Compute* b_s) {
   if (table.problems == 0) return;
-  const int groups = table.problems < threads ? table.problems : threads;
-  const int group_size = threads / groups;
-  const int group = thread / group_size;
-  if (group >= groups) return;  // threads left over when groups does not divide threads
-  const int member = thread % group_size;
-  for (int l = group; l < table.problems; l += groups) {
-    const auto& p = table.problem[l];
-    const index_t kk = chunk_depth(p, k0, k_chunk);
-    Compute* const a_dst = a_s + table.a_begin[l];
-    for (index_t idx = member; idx < p.m * kk; idx += group_size) {
-      const index_t i = idx / kk, q = idx % kk;
-      a_dst[i * k_chunk + q] = convert<Compute>(p.a(i, k0 + q));
+  const index_t a_slots = table.a_begin[table.problems] / table.a_pitch * k_chunk;
+  int local = 0;
+  for (index_t idx = thread; idx < a_slots; idx += threads) {
+    const staged_slot at = a_slot(table, idx, k_chunk, local);
+    const auto& p = table.problem[at.local];
+    if (at.second < chunk_depth(p, k0, k_chunk)) {
+      a_s[a_offset(table, at.local, at.first, at.second)] =
+          convert<Compute>(p.a(at.first, k0 + at.second));
     }
-    Compute* const b_dst = b_s + table.b_begin[l];
-    for (index_t idx = member; idx < kk * p.n; idx += group_size) {
-      const index_t q = idx / p.n, j = idx % p.n;
-      b_dst[q * p.n + j] = convert<Compute>(p.b(k0 + q, j));
+  }
+  for (index_t idx = thread; idx < k_chunk * table.b_pitch; idx += threads) {
+    const staged_slot at = b_slot(table, idx);
+    const auto& p = table.problem[at.local];
+    if (at.first < chunk_depth(p, k0, k_chunk)) {
+      b_s[b_offset(table, at.local, at.first, at.second)] =
+          convert<Compute>(p.b(k0 + at.first, at.second));
     }
   }
 }
@@ -150,9 +218,9 @@ GPUBATCH_HOST_DEVICE Compute accumulate_chunk(const Table& table, const owned_ou
                                               const Compute* b_s, Compute sum) {
   const auto& p = table.problem[o.local];
   const index_t kk = chunk_depth(p, k0, k_chunk);
-  const Compute* const a_row = a_s + table.a_begin[o.local] + o.row * k_chunk;
-  const Compute* const b_col = b_s + table.b_begin[o.local] + o.col;
-  for (index_t q = 0; q < kk; ++q) sum += a_row[q] * b_col[q * p.n];
+  for (index_t q = 0; q < kk; ++q) {
+    sum += a_s[a_offset(table, o.local, o.row, q)] * b_s[b_offset(table, o.local, q, o.col)];
+  }
   return sum;
 }
 
@@ -165,12 +233,50 @@ GPUBATCH_HOST_DEVICE constexpr index_t problems_per_block(const block_bounds& bo
                                                           int max_problems,
                                                           index_t shared_budget_elements) {
   const index_t outputs = bounds.max_m * bounds.max_n;
-  const index_t staged = (bounds.max_m + bounds.max_n) * k_chunk;
+  const index_t staged = bounds.max_m * a_pitch(k_chunk) + bounds.max_n * k_chunk;
   index_t by_registers = static_cast<index_t>(threads) * outputs_per_thread / outputs;
   index_t by_shared = shared_budget_elements / staged;
   index_t ppb = by_registers < by_shared ? by_registers : by_shared;
   ppb = ppb < max_problems ? ppb : max_problems;
   return ppb < 1 ? 1 : ppb;
+}
+
+/// Dynamic shared memory one tiny block may ask for so that `blocks_per_sm` blocks (the policy's
+/// MinBlocksPerSm) fit a multiprocessor of `shared_per_sm` bytes that reserves
+/// `reserved_per_block` bytes for each block, in the 128-byte units shared memory is allocated
+/// in, and no more than 48 KiB (beyond it a kernel must opt in). sm_80: 164 KiB / 4 - 1 KiB =
+/// 40 KiB, where a 48 KiB block let only 3 fit.
+GPUBATCH_HOST_DEVICE constexpr index_t shared_cap(index_t shared_per_sm, index_t reserved_per_block,
+                                                  int blocks_per_sm) {
+  const index_t fit = (shared_per_sm / blocks_per_sm - reserved_per_block) / 128 * 128;
+  return fit < 48 * 1024 ? fit : 48 * 1024;
+}
+
+/// A tiny launch's geometry: K chunk, problems per block and the dynamic shared memory a block
+/// asks for (its table, then the staged A and B chunks).
+struct launch_plan {
+  index_t k_chunk;
+  index_t problems_per_block;
+  index_t shared_bytes;
+};
+
+/// Plans a launch of `count` problems within `bounds` for blocks of `threads` threads with
+/// `outputs_per_thread` accumulators, chunks of at most `tile_k`, at most `max_problems` per
+/// block and `table_bytes` of table, within `cap` bytes of shared memory (shared_cap). One
+/// problem (up to 32 x 32, kc <= 32: at most 16.3 KiB of f64 chunks) is always planned, even
+/// where it exceeds the cap: fewer blocks per SM, never a failed launch.
+GPUBATCH_HOST_DEVICE constexpr launch_plan plan_launch(const block_bounds& bounds, index_t count,
+                                                       index_t tile_k, int threads,
+                                                       int outputs_per_thread, int max_problems,
+                                                       index_t table_bytes, index_t element_bytes,
+                                                       index_t cap) {
+  const index_t k_chunk = bounds.max_k < tile_k ? bounds.max_k : tile_k;
+  const index_t budget = cap > table_bytes ? (cap - table_bytes) / element_bytes : 0;
+  index_t ppb = problems_per_block(bounds, k_chunk, threads, outputs_per_thread, max_problems,
+                                   budget);
+  ppb = ppb < count ? ppb : (count > 0 ? count : 1);
+  const index_t staged = bounds.max_m * a_pitch(k_chunk) + bounds.max_n * k_chunk;
+  return {k_chunk, ppb, table_bytes + ppb * staged * element_bytes};
 }
 
 }  // namespace detail::tiny

@@ -16,6 +16,31 @@
 GPUBATCH_NAMESPACE_BEGIN
 namespace detail::simt {
 
+/// Elements of `Compute` in 16 bytes (1 when 16 bytes do not hold a whole number of them).
+template <class Compute>
+inline constexpr int elements_in_16_bytes =
+    sizeof(Compute) <= 16 && 16 % sizeof(Compute) == 0 ? static_cast<int>(16 / sizeof(Compute))
+                                                       : 1;
+
+/// Elements between consecutive K rows of a staged operand tile whose rows hold `Extent`
+/// elements (A staged [BK][BM], B [BK][BN]): 16 bytes of padding after each row. Without it
+/// every K row starts on the same bank, and the stores that cross K rows (a row-major A, which
+/// the stage transposes; a column-major B; the convolution's gathers along K) hit one bank per
+/// row: 16-way for a 16-deep tile loaded element by element, 4-way loaded in 16-byte chunks.
+/// With it row k starts 4k words further along the banks, which leaves at most 2-way conflicts
+/// for those stores, while each row stays 16-byte aligned for the fragment reads, whose
+/// addresses remain compile-time offsets (docs/design.md, the degrees measured).
+/// (Rounded up to whole 16-byte pieces first, so every row and the B tile after A's start
+/// 16-byte aligned for tiles of any shape.)
+template <class Compute, int Extent>
+inline constexpr int stage_pitch =
+    ((Extent + elements_in_16_bytes<Compute> - 1) / elements_in_16_bytes<Compute> + 1) *
+    elements_in_16_bytes<Compute>;
+
+/// Elements of one pipeline stage: A's BK rows, then B's.
+template <class Compute, int BM, int BN, int BK>
+inline constexpr int stage_elements = (stage_pitch<Compute, BM> + stage_pitch<Compute, BN>) * BK;
+
 /// Columns of a thread's register tile: the largest power of two whose square fits.
 GPUBATCH_HOST_DEVICE constexpr int register_tile_cols(int accumulators) {
   int cols = 1;
@@ -124,7 +149,36 @@ GPUBATCH_HOST_DEVICE void read_piece(const T* src, T* dst) {
 #define GPUBATCH_WARP_TILING_UNROLL
 #endif
 
-/// acc += this thread's part of one staged K tile: A staged [BK][BM] at a_s, B [BK][BN] at b_s.
+/// Writes `Width` consecutive elements of `src` to `dst`: one vector store on the device (dst
+/// is Width-element aligned).
+template <int Width, class T>
+GPUBATCH_HOST_DEVICE void write_piece(const T* src, T* dst) {
+#if GPUBATCH_DEVICE_CODE
+  struct alignas(sizeof(T) * Width) piece {
+    T v[Width];
+  };
+  piece p;
+#pragma unroll
+  for (int e = 0; e < Width; ++e) p.v[e] = src[e];
+  *reinterpret_cast<piece*>(dst) = p;
+#else
+  for (int e = 0; e < Width; ++e) dst[e] = src[e];
+#endif
+}
+
+/// Shared-memory element offset of the piece lane `at` reads for A register row i (resp. B
+/// register column j) at K row p: the addresses multiply_stage reads, for the host tests.
+template <class Tiling, int BM, class Compute>
+GPUBATCH_HOST_DEVICE constexpr int a_fragment_offset(lane_origin at, int p, int i) {
+  return p * stage_pitch<Compute, BM> + at.row + Tiling::row(i);
+}
+template <class Tiling, int BN, class Compute>
+GPUBATCH_HOST_DEVICE constexpr int b_fragment_offset(lane_origin at, int p, int j) {
+  return p * stage_pitch<Compute, BN> + at.col + Tiling::col(j);
+}
+
+/// acc += this thread's part of one staged K tile: A staged [BK][BM] at a_s, B [BK][BN] at b_s,
+/// each K row stage_pitch elements apart.
 template <class Tiling, int BM, int BN, int BK, class Compute>
 GPUBATCH_HOST_DEVICE void multiply_stage(const Compute* a_s, const Compute* b_s, lane_origin at,
                                          Compute (&acc)[Tiling::tm][Tiling::tn]) {
@@ -134,9 +188,13 @@ GPUBATCH_HOST_DEVICE void multiply_stage(const Compute* a_s, const Compute* b_s,
   for (int p = 0; p < BK; ++p) {
     Compute a_frag[TM], b_frag[TN];
     GPUBATCH_WARP_TILING_UNROLL
-    for (int i = 0; i < TM; i += VM) read_piece<VM>(a_s + p * BM + at.row + Tiling::row(i), a_frag + i);
+    for (int i = 0; i < TM; i += VM) {
+      read_piece<VM>(a_s + a_fragment_offset<Tiling, BM, Compute>(at, p, i), a_frag + i);
+    }
     GPUBATCH_WARP_TILING_UNROLL
-    for (int j = 0; j < TN; j += VN) read_piece<VN>(b_s + p * BN + at.col + Tiling::col(j), b_frag + j);
+    for (int j = 0; j < TN; j += VN) {
+      read_piece<VN>(b_s + b_fragment_offset<Tiling, BN, Compute>(at, p, j), b_frag + j);
+    }
     GPUBATCH_WARP_TILING_UNROLL
     for (int i = 0; i < TM; ++i)
       GPUBATCH_WARP_TILING_UNROLL

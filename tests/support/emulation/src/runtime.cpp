@@ -720,6 +720,7 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) 
     case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = d->shared_per_block_optin; break;
     case cudaDevAttrMaxSharedMemoryPerBlock: *value = static_cast<int>(default_shared_per_block); break;
     case cudaDevAttrMaxSharedMemoryPerMultiprocessor: *value = d->shared_per_multiprocessor; break;
+    case cudaDevAttrReservedSharedMemoryPerBlock: *value = 1024; break;  // as the occupancy model
     case cudaDevAttrMaxThreadsPerBlock: *value = 1024; break;
     case cudaDevAttrMaxThreadsPerMultiProcessor: *value = d->threads_per_multiprocessor; break;
     case cudaDevAttrWarpSize: *value = 32; break;
