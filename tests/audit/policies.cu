@@ -86,8 +86,14 @@ void conv_row() {
   using compute = gb::compute_type_t<T>;
   using batch = gd::conv::fprop_batch<T, T, compute>;
   if constexpr (P::tensor_cores) {
+    using gd::tensor_core::staging;
+    using nhwc = gd::tensor_core::geometry<P, T, staging::k_major, staging::k_major>;
+    using nchw = gd::tensor_core::geometry<P, T, staging::mn_major, staging::k_major>;
     row<P, T>("tensor_core_conv_kernel", gd::cuda_conv::implicit_shared_bytes<P, batch, compute>(),
-              "k,k", gd::tensor_core::geometry<P, T>::stages);
+              "k", nhwc::stages, nhwc::min_blocks_per_sm);
+    row<P, T>("tensor_core_conv_kernel",
+              gd::cuda_conv::implicit_shared_bytes<P, batch, compute, staging::mn_major>(), "mn",
+              nchw::stages, nchw::min_blocks_per_sm);
   } else {
     row<P, compute>("implicit_gemm_kernel",
                     gd::cuda_conv::implicit_shared_bytes<P, batch, compute>());
@@ -110,8 +116,11 @@ void conv_rows() {
 template <int Arch, class T>
 void rows_of() {
   using tiny = typename gb::default_gemm_policy<T, Arch, gb::size_class::tiny>::type;
-  // The tiny kernel sizes its shared memory per launch, always within 48 KiB (no opt-in).
-  row<tiny, gb::compute_type_t<T>>("tiny_gemm_kernel", 48 * 1024);
+  // The tiny kernel sizes its shared memory per launch, within the cap that leaves room for its
+  // blocks per SM (an SM's 164 KiB on sm_80, 228 KiB on sm_90, 1 KiB reserved per block).
+  const gb::index_t sm_shared = Arch == 80 ? 164 * 1024 : 228 * 1024;
+  row<tiny, gb::compute_type_t<T>>(
+      "tiny_gemm_kernel", gd::tiny::shared_cap(sm_shared, 1024, tiny::min_blocks_per_sm));
   gemm_rows<Arch, T, gb::size_class::medium>();
   gemm_rows<Arch, T, gb::size_class::large>();
   conv_rows<Arch, T, gb::size_class::medium>();

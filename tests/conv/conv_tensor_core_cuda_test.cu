@@ -42,6 +42,32 @@ TEST_CASE("conv2d with user tensor-core policies", "[conv][tensor_core]") {
   }
 }
 
+TEST_CASE("conv2d NCHW on tensor cores: the gather staged M-major", "[conv][tensor_core]") {
+  // Input rows of 16 (whole 16-byte chunks of output columns for f16 and bf16, one for int8):
+  // 1x1 layers take every chunk with cp.async, 3x3 the taps whose column is aligned, the 1x9
+  // layer padded on the right has aligned runs that leave the input row (element by element),
+  // and column stride 2 none; TF32 chunks are 4 columns.
+  const auto base = gpubatch::conv2d_params{};
+  const conv_case layers[] = {
+      {"1x1 16->24", 2, 16, 6, 16, 24, 1, 1, base},
+      {"3x3 8->8", 2, 8, 5, 16, 8, 3, 3, base.with_padding(1, 1)},
+      {"1x9 right-padded", 1, 8, 3, 16, 8, 1, 9, base.with_padding(0, 0, 0, 8)},
+      {"3x3 stride 1x2", 2, 8, 5, 16, 8, 3, 3, base.with_padding(1, 1).with_stride(1, 2)},
+      {"1x1 32x32", 1, 16, 32, 32, 16, 1, 1, base},
+  };
+  for (const conv_case& cc : layers) {
+    check_conv<test_backend, gpubatch::half, float>(cc, tensor_layout::nchw, filter_form::shared,
+                                                    1.0, 0.5);
+    check_conv<test_backend, gpubatch::bfloat16, gpubatch::bfloat16>(cc, tensor_layout::nchw,
+                                                                     filter_form::per_sample);
+    check_conv<test_backend, std::int8_t, std::int32_t>(cc, tensor_layout::nchw);
+    check_conv<test_backend, float, float, ep::identity>(cc, tensor_layout::nchw,
+                                                         filter_form::shared, 1.0, 0.0,
+                                                         ep::identity{}, nullptr, nullptr,
+                                                         /*allow_tf32=*/true);
+  }
+}
+
 TEST_CASE("conv2d: the large tensor-core tile", "[conv][tensor_core]") {
   // 4 x 28 x 28 = 3136 output pixels x 256 channels: the large size class.
   const conv_case cc{"large 3x3 64->256", 4, 64, 28, 28, 256, 3, 3,

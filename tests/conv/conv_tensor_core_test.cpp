@@ -1,8 +1,9 @@
 // The tensor-core convolution's gather, run on the host: every thread of a block stages its
 // chunks of one implicit-GEMM A tile exactly as the kernel does (memcpy standing in for
 // cp.async), and each slot must hold the im2col element the mapping gathers, zero in the padding
-// and past the edges — NHWC (whole 16-byte chunks where the channels allow) and NCHW, with
-// stride, dilation, asymmetric padding and groups.
+// and past the edges — NHWC (whole 16-byte chunks where the channels allow) and NCHW (staged
+// M-major: whole chunks of output columns where the input rows allow), with stride, dilation,
+// asymmetric padding and groups.
 #include <gpubatch/detail/conv/problem.hpp>
 #include <gpubatch/detail/gemm/tensor_core.hpp>
 #include <gpubatch/gemm_policy.hpp>
@@ -28,17 +29,19 @@ struct layer {
   gpubatch::conv2d_params params;
 };
 
-/// Stages every A tile of group `group` of `l` and checks it; returns the whole-chunk copies.
-template <class Policy>
+/// Stages every A tile of group `group` of `l`, laid out as `Staging`, and checks it; returns
+/// the whole-chunk copies.
+template <class Policy, tc::staging Staging = tc::staging::k_major>
 int check_gather(const layer& l, tensor_layout order, index_t group, index_t x_offset) {
-  using G = tc::geometry<Policy, half>;
+  using G = tc::geometry<Policy, half, Staging>;
   using mapping = conv::fprop_gemm<half, half, float>;
   using source = tc::gather_source<mapping, const half>;
   const conv::conv2d_geometry geo =
       conv::make_geometry(l.n, l.c, l.h, l.w, l.k, l.r, l.s, l.params, order);
   INFO("n " << l.n << " c " << l.c << " " << l.h << "x" << l.w << " k " << l.k << " " << l.r
             << "x" << l.s << " groups " << l.params.groups << " group " << group << " "
-            << (order == tensor_layout::nhwc ? "nhwc" : "nchw") << " x offset " << x_offset);
+            << (order == tensor_layout::nhwc ? "nhwc" : "nchw") << " x offset " << x_offset
+            << (Staging == tc::staging::k_major ? " K-major" : " M-major"));
   std::vector<std::array<unsigned char, 16>> storage(
       static_cast<std::size_t>((x_offset + l.n * l.c * l.h * l.w) * 2 / 16 + 2));
   half* const x = reinterpret_cast<half*>(storage.data()) + x_offset;
@@ -50,6 +53,7 @@ int check_gather(const layer& l, tensor_layout order, index_t group, index_t x_o
   int whole_chunks = 0;
   const auto copy16 = [&](half* dst, const half* src) {
     REQUIRE(tc::aligned16(src));
+    REQUIRE(tc::aligned16(dst));
     std::memcpy(static_cast<void*>(dst), static_cast<const void*>(src), 16);
     ++whole_chunks;
   };
@@ -82,22 +86,35 @@ int check_gather(const layer& l, tensor_layout order, index_t group, index_t x_o
 TEST_CASE("tensor-core gather of NHWC and NCHW convolutions", "[conv][tensor_core]") {
   using policy = gpubatch::tensor_core_policy<64, 32, 32, 4, 3>;
   const auto base = gpubatch::conv2d_params{};
-  const std::array<layer, 5> layers{{
+  const std::array<layer, 9> layers{{
       {2, 16, 7, 9, 8, 3, 3, base.with_padding(1, 1)},                         // 3x3, same padding
       {1, 32, 11, 6, 4, 3, 3, base.with_padding(0, 2, 1, 0).with_stride(2, 2)}, // asymmetric, stride 2
       {2, 8, 9, 9, 8, 3, 3, base.with_padding(2, 2).with_dilation(2, 2)},        // dilation
       {3, 24, 5, 5, 6, 1, 1, base},                                              // 1x1, C = 3 chunks
       {1, 6, 5, 7, 4, 3, 1, base.with_padding(1, 0)},                           // C not a chunk multiple
+      {2, 16, 6, 16, 8, 1, 1, base},                          // 1x1, rows of 16 (NCHW lines whole)
+      {1, 8, 5, 16, 8, 3, 3, base.with_padding(1, 1)},        // 3x3: the centre column's taps whole
+      {2, 8, 5, 16, 8, 3, 3, base.with_padding(1, 1).with_stride(1, 2)},  // column stride 2: none
+      {1, 8, 3, 16, 8, 1, 9, base.with_padding(0, 0, 0, 8)},  // aligned runs that leave the row
   }};
   for (const auto& l : layers) {
     for (const tensor_layout order : {tensor_layout::nhwc, tensor_layout::nchw}) {
       for (const index_t offset : {index_t{0}, index_t{1}}) {
+        // K-major (as NHWC is staged): whole chunks of channels.
         const int whole = check_gather<policy>(l, order, 0, offset);
         const bool chunked = order == tensor_layout::nhwc && l.c % 8 == 0 && offset == 0;
         CHECK((whole > 0) == chunked);
+        // M-major (as NCHW is staged): whole chunks of output columns.
+        const int lines = check_gather<policy, tc::staging::mn_major>(l, order, 0, offset);
+        const bool lined = order == tensor_layout::nchw && l.w % 8 == 0 && offset == 0 &&
+                           l.params.stride_w == 1;
+        CHECK((lines > 0) == lined);
       }
     }
   }
+  // 1x1, stride 1, NCHW with rows of 16: every chunk of the (2 * 6 * 16) x 16 gather is one copy.
+  CHECK(check_gather<policy, tc::staging::mn_major>(layers[5], tensor_layout::nchw, 0, 0) ==
+        2 * 6 * 16 / 8 * 16);
 }
 
 TEST_CASE("tensor-core gather of a grouped convolution", "[conv][tensor_core]") {
@@ -106,6 +123,7 @@ TEST_CASE("tensor-core gather of a grouped convolution", "[conv][tensor_core]") 
   for (const index_t group : {index_t{0}, index_t{1}}) {
     CHECK(check_gather<policy>(l, tensor_layout::nhwc, group, 0) > 0);  // 16 channels per group
     check_gather<policy>(l, tensor_layout::nchw, group, 0);
+    check_gather<policy, tc::staging::mn_major>(l, tensor_layout::nchw, group, 0);
   }
   // 4 groups of 8 channels: whole chunks; 8 groups of 4: element by element.
   CHECK(check_gather<policy>({2, 32, 6, 6, 8, 3, 3, l.params.with_groups(4)}, tensor_layout::nhwc, 3, 0) > 0);

@@ -8,12 +8,15 @@
 
 #include "../support/catch.hpp"
 
+#include <algorithm>
 #include <array>
+#include <cstdint>
 #include <cstring>
 #include <set>
 #include <utility>
 #include <vector>
 
+#include "../support/bank_conflicts.hpp"
 #include "../support/inputs.hpp"
 
 using gpubatch::index_t;
@@ -323,4 +326,110 @@ TEST_CASE("tensor-core staging: every aligned layout and transpose copies whole 
   check_every_layout_is_asynchronous<gpubatch::tensor_core_policy<64, 64, 32, 4, 3>, gpubatch::half>();
   check_every_layout_is_asynchronous<gpubatch::tensor_core_policy<32, 64, 16, 2, 2>, float>();
   check_every_layout_is_asynchronous<gpubatch::tensor_core_policy<64, 32, 64, 4, 2>, std::int8_t>();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bank conflicts of the tensor-core kernels' shared-memory accesses, counted from their own
+// index functions (tests/support/bank_conflicts.hpp): the cp.async stores of both stagings, the
+// ldmatrix reads of 16-bit fragments, and the epilogue's reads of the accumulator tile.
+
+namespace {
+
+using gpubatch::test::conflict_degree;
+using gpubatch::test::warp_access;
+
+/// Worst degree of the 16-byte stores of one operand tile: chunk c is thread c's (mod the
+/// block's threads), so a warp's lanes store consecutive chunks (K-contiguous source).
+template <class Layout, class T>
+int worst_stage_stores() {
+  int worst = 0;
+  for (int first = 0; first < Layout::chunks; first += 32) {
+    warp_access access(16);
+    for (int lane = 0; lane < 32 && first + lane < Layout::chunks; ++lane) {
+      const tc::chunk_position at = Layout::chunk(first + lane, true);
+      access.address[static_cast<std::size_t>(lane)] =
+          Layout::offset(at.row, at.kk) * static_cast<std::int64_t>(sizeof(T));
+    }
+    worst = std::max(worst, conflict_degree(access));
+  }
+  return worst;
+}
+
+/// Worst degree of the ldmatrix phases of the 16-bit fragments of one operand tile: each 8 x 8
+/// matrix is eight 16-byte rows of the tile (K-major: eight rows at one half of a slab row;
+/// M/N-major, read transposed: eight reduction indices at one half of a 16-row group).
+template <class Layout>
+int worst_fragment_reads(int rows) {
+  int worst = 0;
+  for (int row0 = 0; row0 < rows; row0 += 16) {
+    for (int kk0 = 0; kk0 < Layout::slabs * Layout::mma_k; kk0 += Layout::mma_k) {
+      for (int matrix = 0; matrix < 4; ++matrix) {
+        warp_access access(16);
+        for (int j = 0; j < 8; ++j) {
+          // Matrix (i, h): rows (or reduction indices) 8i..8i+7, 16-byte half h.
+          const int i = matrix % 2, h = matrix / 2;
+          const int at = Layout::k_major ? Layout::offset(row0 + 8 * i + j, kk0 + 8 * h)
+                                         : Layout::offset(row0 + 8 * h, kk0 + 8 * i + j);
+          access.address[static_cast<std::size_t>(j)] = std::int64_t{at} * 2;
+        }
+        worst = std::max(worst, conflict_degree(access));
+      }
+    }
+  }
+  return worst;
+}
+
+/// Worst degree of the epilogue's 4-byte reads of the accumulator tile (output_slot).
+template <class G>
+int worst_output_reads(bool cols_contiguous) {
+  int worst = 0;
+  for (int first = 0; first < G::bm * G::bn; first += 32) {
+    warp_access access(4);
+    for (int lane = 0; lane < 32; ++lane) {
+      const tc::tile_element at = tc::output_slot<G>(first + lane, cols_contiguous);
+      access.address[static_cast<std::size_t>(lane)] = std::int64_t{at.row * G::c_ld + at.col} * 4;
+    }
+    worst = std::max(worst, conflict_degree(access));
+  }
+  return worst;
+}
+
+template <class T, gpubatch::size_class Size>
+void check_banks() {
+  using P = typename gpubatch::default_tensor_core_policy<T, 80, Size>::type;
+  using tc::staging;
+  using G = tc::geometry<P, T>;
+  INFO("element size " << sizeof(T) << " tile " << G::bm << "x" << G::bn << "x" << G::bk);
+  using a_k = tc::operand_layout<T, G::bm, G::bk, staging::k_major>;
+  using a_mn = tc::operand_layout<T, G::bm, G::bk, staging::mn_major>;
+  using b_k = tc::operand_layout<T, G::bn, G::bk, staging::k_major>;
+  using b_mn = tc::operand_layout<T, G::bn, G::bk, staging::mn_major>;
+  CHECK(worst_stage_stores<a_k, T>() == 1);
+  CHECK(worst_stage_stores<b_k, T>() == 1);
+  // int8 lines keep each 16 rows in a 32-byte group: a phase's 8 chunks span 256 bytes of a
+  // 128-row line (2-way); of a 64-row line, 128 bytes of two lines whose pad shifts the banks.
+  const int mn_stores = sizeof(T) == 1 && G::bm > 64 ? 2 : 1;
+  CHECK(worst_stage_stores<a_mn, T>() == mn_stores);
+  CHECK(worst_stage_stores<b_mn, T>() == mn_stores);
+  if constexpr (sizeof(T) == 2) {
+    CHECK(worst_fragment_reads<a_k>(G::bm) == 1);
+    CHECK(worst_fragment_reads<b_k>(G::bn) == 1);
+    CHECK(worst_fragment_reads<a_mn>(G::bm) == 1);
+    CHECK(worst_fragment_reads<b_mn>(G::bn) == 1);
+  }
+  CHECK(worst_output_reads<G>(true) == 1);
+  CHECK(worst_output_reads<G>(false) == 1);
+}
+
+}  // namespace
+
+TEST_CASE("tensor-core shared-memory accesses are free of bank conflicts", "[gemm][tensor_core]") {
+  check_banks<gpubatch::half, gpubatch::size_class::medium>();
+  check_banks<gpubatch::half, gpubatch::size_class::large>();
+  check_banks<gpubatch::bfloat16, gpubatch::size_class::medium>();
+  check_banks<gpubatch::bfloat16, gpubatch::size_class::large>();
+  check_banks<float, gpubatch::size_class::medium>();
+  check_banks<float, gpubatch::size_class::large>();
+  check_banks<std::int8_t, gpubatch::size_class::medium>();
+  check_banks<std::int8_t, gpubatch::size_class::large>();
 }

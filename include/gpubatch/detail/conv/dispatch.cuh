@@ -167,18 +167,29 @@ std::size_t workspace_bytes(const conv::fprop_batch<TX, TW, TY>& batch) {
 }
 
 /// Dynamic shared memory a launch of the implicit-GEMM kernels with `Policy` asks for (the
-/// kernels declare no static shared memory).
-template <class Policy, class Batch, class Compute>
+/// kernels declare no static shared memory), the gather staged as StagingA on tensor cores.
+template <class Policy, class Batch, class Compute,
+          tensor_core::staging StagingA = tensor_core::staging::k_major>
 constexpr std::int64_t implicit_shared_bytes() {
   if constexpr (Policy::tensor_cores) {
     using element = std::remove_const_t<
         std::remove_pointer_t<decltype(std::declval<const Batch&>().problem(0).x)>>;
-    return tensor_core::geometry<Policy, element>::shared_bytes;
+    return tensor_core::geometry<Policy, element, StagingA, tensor_core::staging::k_major>::shared_bytes;
   } else {
     return std::int64_t{Policy::stages} *
            simt::stage_elements<Compute, Policy::tile_m, Policy::tile_n, Policy::tile_k> *
            static_cast<std::int64_t>(sizeof(Compute));
   }
+}
+
+/// Whether a convolution batch's tensors are NCHW.
+template <class TX, class TW, class TY>
+bool nchw(const conv::fprop_batch<TX, TW, TY>& batch) {
+  return !batch.geo.nhwc();
+}
+template <class TX, class TW, class TY>
+bool nchw(const conv::grouped_fprop_batch<TX, TW, TY>& batch) {
+  return batch.order == tensor_layout::nchw;
 }
 
 template <class Policy, class Batch, class Compute, class Epilogue>
@@ -193,16 +204,26 @@ void launch_implicit(cudaStream_t stream, const Batch& batch, index_t max_m, ind
   const index_t count = batch.count();
   const index_t launches = launch_count(count, Policy::max_blocks_per_launch);
   if constexpr (Policy::tensor_cores) {
-    constexpr std::int64_t shared_bytes = implicit_shared_bytes<Policy, Batch, Compute>();
-    const auto kernel = tensor_core_conv_kernel<Policy, Batch, Compute, Epilogue>;
-    cuda_gemm::allow_shared_bytes(kernel, shared_bytes);
-    for (index_t l = 0; l < launches; ++l) {
-      const launch_slice slice = slice_of_launch(count, Policy::max_blocks_per_launch, l);
-      const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(slice.count));
-      launch(kernel,
-             launch_config{grid, Policy::threads, static_cast<std::size_t>(shared_bytes), stream},
-             batch, slice.first, tiles_n, alpha, beta, epilogue);
-      GPUBATCH_CUDA_TRY(cudaGetLastError());
+    const auto run = [&](auto staging_a) {
+      constexpr tensor_core::staging a = decltype(staging_a)::value;
+      constexpr std::int64_t shared_bytes = implicit_shared_bytes<Policy, Batch, Compute, a>();
+      const auto kernel = tensor_core_conv_kernel<Policy, a, Batch, Compute, Epilogue>;
+      cuda_gemm::allow_shared_bytes(kernel, shared_bytes);
+      for (index_t l = 0; l < launches; ++l) {
+        const launch_slice slice = slice_of_launch(count, Policy::max_blocks_per_launch, l);
+        const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(slice.count));
+        launch(kernel,
+               launch_config{grid, Policy::threads, static_cast<std::size_t>(shared_bytes), stream},
+               batch, slice.first, tiles_n, alpha, beta, epilogue);
+        GPUBATCH_CUDA_TRY(cudaGetLastError());
+      }
+    };
+    // NCHW: consecutive output columns (rows of the implicit GEMM) are consecutive input
+    // elements, so the gather is staged M-major.
+    if (nchw(batch)) {
+      run(std::integral_constant<tensor_core::staging, tensor_core::staging::mn_major>{});
+    } else {
+      run(std::integral_constant<tensor_core::staging, tensor_core::staging::k_major>{});
     }
   } else {
     constexpr std::int64_t shared_bytes = implicit_shared_bytes<Policy, Batch, Compute>();

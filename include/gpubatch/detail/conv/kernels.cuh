@@ -157,8 +157,10 @@ GPUBATCH_KERNEL void __launch_bounds__(Policy::threads, Policy::min_blocks_per_s
 }
 
 /// One output tile of one implicit GEMM per block on tensor cores (no split-K): grid.x walks
-/// output tiles, grid.y implicit GEMMs, as implicit_gemm_kernel.
-template <class Policy, class Batch, class Compute, class Epilogue>
+/// output tiles, grid.y implicit GEMMs, as implicit_gemm_kernel. The gather (A) is staged as
+/// StagingA: K-major for NHWC, M-major for NCHW (consecutive output columns are consecutive
+/// input elements); the filters (B) are K-major.
+template <class Policy, tensor_core::staging StagingA, class Batch, class Compute, class Epilogue>
 GPUBATCH_KERNEL void __launch_bounds__(Policy::threads, Policy::min_blocks_per_sm)
     tensor_core_conv_kernel(Batch batch, index_t first_problem, index_t tiles_n, Compute alpha,
                             Compute beta, Epilogue epilogue) {
@@ -171,7 +173,7 @@ GPUBATCH_KERNEL void __launch_bounds__(Policy::threads, Policy::min_blocks_per_s
   using mapping = std::remove_cv_t<decltype(g)>;
   using TX = std::remove_const_t<std::remove_pointer_t<decltype(g.x)>>;
   using TW = std::remove_const_t<std::remove_pointer_t<decltype(g.w)>>;
-  using G = tensor_core::geometry<Policy, TX>;
+  using G = tensor_core::geometry<Policy, TX, StagingA, tensor_core::staging::k_major>;
   const index_t m = g.m(), n = g.n(), k = g.k();
   const index_t tile_row = static_cast<index_t>(blockIdx.x / tiles_n) * G::bm;
   const index_t tile_col = static_cast<index_t>(blockIdx.x % tiles_n) * G::bn;

@@ -178,6 +178,15 @@ struct fprop_gemm {
            reinterpret_cast<std::uintptr_t>(x) % 16 == 0;
   }
 
+  /// Whether a run of `vector` consecutive rows at one kk can be one contiguous, 16-byte-aligned
+  /// piece of x: NCHW with unit column stride, input rows a whole number of chunks, x aligned
+  /// (the run must still lie inside one output row and the input: a_line). Lets tensor-core
+  /// kernels stage an NCHW gather M-major with whole 16-byte copies.
+  GPUBATCH_HOST_DEVICE bool a_lines_contiguous(int vector) const {
+    return !geo.nhwc() && geo.stride_w == 1 && geo.w % vector == 0 &&
+           reinterpret_cast<std::uintptr_t>(x) % 16 == 0;
+  }
+
   /// A row of A resolved once: where its sample's group starts and the top-left input position
   /// of its receptive field. Reused for every kk of the row.
   struct row_cursor {
@@ -195,6 +204,38 @@ struct fprop_gemm {
     const index_t op = pixel / geo.q, oq = pixel % geo.q;
     return {x + geo.x_offset(sample, group * geo.cg(), 0, 0), op * geo.stride_h - geo.pad_h,
             oq * geo.stride_w - geo.pad_w};
+  }
+
+  /// Rows from row i on (i < m()) in the same output row of the same sample: row i + e is row
+  /// i's cursor shifted by e output columns (shifted) for e below it.
+  GPUBATCH_HOST_DEVICE index_t a_run(index_t i) const {
+    if (i >= m()) {
+      return 0;
+    }
+    const index_t oq = (i % geo.pixels()) % geo.q;
+    return geo.q - oq;
+  }
+
+  /// The cursor of the row `columns` output columns to the right of `cur`'s (same output row).
+  GPUBATCH_HOST_DEVICE row_cursor shifted(const row_cursor& cur, index_t columns) const {
+    return {cur.base, cur.ih0, cur.iw0 + columns * geo.stride_w};
+  }
+
+  /// Element (row, kk) of A when it and the elements (row + e, kk) of the next `count - 1` rows
+  /// (same output row, unit column stride) all lie inside the input, so they are `count`
+  /// consecutive elements of x; null otherwise.
+  GPUBATCH_HOST_DEVICE const TX* a_line(const row_cursor& cur, index_t kk, index_t count) const {
+    if (cur.base == nullptr) {
+      return nullptr;
+    }
+    index_t ic, ir, is;
+    geo.decode_filter_index(kk, ic, ir, is);
+    const index_t ih = cur.ih0 + ir * geo.dilation_h;
+    const index_t iw = cur.iw0 + is * geo.dilation_w;
+    if (ih < 0 || ih >= geo.h || iw < 0 || iw + count > geo.w) {
+      return nullptr;
+    }
+    return cur.base + (ic * geo.h + ih) * geo.w + iw;  // NCHW (a_lines_contiguous)
   }
 
   /// Element (row, kk) of A, or null where the receptive field lies in the zero padding.

@@ -252,7 +252,11 @@ struct matrix_source {
         row_stride == 1 && aligned16(data) && (k <= 1 || (k_stride * size) % 16 == 0);
     return {data, rows, k, row_stride, k_stride, vectorizable, lines_vectorizable};
   }
+  /// M/N-major staging walks `vector` rows from a row's cursor.
+  using line_cursor = cursor;
+
   GPUBATCH_HOST_DEVICE bool k_contiguous() const { return k_stride == 1; }
+  GPUBATCH_HOST_DEVICE line_cursor line(index_t r) const { return row(r); }
   GPUBATCH_HOST_DEVICE cursor row(index_t r) const {
     const index_t left = rows - r;
     return {r < rows ? data + r * row_stride : nullptr,
@@ -299,19 +303,47 @@ GPUBATCH_HOST_DEVICE matrix_source<TB> b_source(const gemm_instance<TA, TB, TC>&
 
 /// The A operand of an implicit GEMM (detail/conv/problem.hpp's mapping interface) as a
 /// tensor-core operand source: rows resolved once through the mapping's row cursor, elements
-/// gathered with a(cursor, kk), a whole chunk copied at once where the mapping guarantees that
-/// every aligned run of `vector` reduction indices is one contiguous, 16-byte-aligned piece
-/// (NHWC with channels per group a multiple of the chunk).
+/// gathered with a(cursor, kk). K-major staging copies a whole chunk at once where the mapping
+/// guarantees that every aligned run of `vector` reduction indices is one contiguous,
+/// 16-byte-aligned piece (NHWC with channels per group a multiple of the chunk); M-major
+/// staging (NCHW) where `vector` consecutive rows of one output row are (a_line).
 template <class Mapping, class T>
 struct gather_source {
   using element_type = T;
   using cursor = typename Mapping::row_cursor;
+  /// A run of rows for M-major staging: the first row's cursor and index, and how many rows
+  /// from it on share its output row (at most 2^30).
+  struct line_cursor {
+    cursor row;
+    index_t first;
+    int run;
+  };
   Mapping mapping;
   index_t k;
   bool vectorizable;
+  bool lines_vectorizable;
 
   GPUBATCH_HOST_DEVICE static gather_source make(const Mapping& g, int vector) {
-    return {g, g.k(), g.a_chunks_contiguous(vector)};
+    return {g, g.k(), g.a_chunks_contiguous(vector), g.a_lines_contiguous(vector)};
+  }
+  GPUBATCH_HOST_DEVICE line_cursor line(index_t r) const {
+    const index_t run = mapping.a_run(r);
+    return {mapping.row(r), r, static_cast<int>(run < (index_t{1} << 30) ? run : index_t{1} << 30)};
+  }
+  /// The `vector` rows from the line's first on at kk as one aligned piece, or null.
+  GPUBATCH_HOST_DEVICE const T* line_chunk(const line_cursor& c, index_t kk, int vector) const {
+    if (!lines_vectorizable || c.run < vector || kk >= k) {
+      return nullptr;
+    }
+    const T* const p = mapping.a_line(c.row, kk, vector);
+    return p != nullptr && aligned16(p) ? p : nullptr;
+  }
+  /// Element (first + e, kk), or null in the padding or outside the operand.
+  GPUBATCH_HOST_DEVICE const T* line_element(const line_cursor& c, int e, index_t kk) const {
+    if (kk >= k) {
+      return nullptr;
+    }
+    return mapping.a(e < c.run ? mapping.shifted(c.row, e) : mapping.row(c.first + e), kk);
   }
   GPUBATCH_HOST_DEVICE bool k_contiguous() const { return mapping.a_k_contiguous(); }
   GPUBATCH_HOST_DEVICE cursor row(index_t r) const { return mapping.row(r); }
@@ -331,17 +363,17 @@ template <class Layout, int Threads, class Source>
 struct operand_stager {
   static constexpr int chunks = Layout::chunks;
   static constexpr int per_thread = (chunks + Threads - 1) / Threads;
-  static_assert(Layout::k_major || std::is_same_v<Source, matrix_source<typename Source::element_type>>,
-                "gpubatch: M/N-major staging reads plain matrices only");
   /// M/N-major chunks walk the rows first: when the block's threads are a whole number of
   /// lines, a thread's chunks are at the same rows, `Threads / line_chunks` lines apart, and
   /// one position and cursor serve them all (fewer registers held through the main loop).
   static constexpr bool one_cursor = !Layout::k_major && Threads % Layout::line_chunks == 0;
   static constexpr int kept = one_cursor ? 1 : per_thread;
   static constexpr int lines_apart = one_cursor ? Threads / Layout::line_chunks : 0;
+  using cursor_type = std::conditional_t<Layout::k_major, typename Source::cursor,
+                                         typename Source::line_cursor>;
   int destination[kept];  ///< the chunk's offset in the tile
   int first_k[kept];      ///< its first reduction index within the K step
-  typename Source::cursor cursor[kept];
+  cursor_type cursor[kept];
 
   GPUBATCH_HOST_DEVICE operand_stager(const Source& source, index_t tile_row, int thread) {
     const bool k_contiguous = source.k_contiguous();
@@ -350,7 +382,11 @@ struct operand_stager {
       const chunk_position at = Layout::chunk(c < chunks ? c : 0, k_contiguous);
       destination[i] = Layout::offset(at.row, at.kk);
       first_k[i] = at.kk;
-      cursor[i] = source.row(tile_row + at.row);
+      if constexpr (Layout::k_major) {
+        cursor[i] = source.row(tile_row + at.row);
+      } else {
+        cursor[i] = source.line(tile_row + at.row);
+      }
     }
   }
 
@@ -368,9 +404,13 @@ struct operand_stager {
       const int kept_i = one_cursor ? 0 : i;
       T* const dst = tile + destination[kept_i] + i * lines_apart * Layout::ld;
       const index_t kk = k0 + first_k[kept_i] + i * lines_apart;
-      const auto& at = cursor[kept_i];
-      const auto* whole = Layout::k_major ? source.chunk(at, kk, Layout::vector)
-                                          : line_chunk(source, at, kk);
+      const cursor_type& at = cursor[kept_i];
+      const T* whole = nullptr;
+      if constexpr (Layout::k_major) {
+        whole = source.chunk(at, kk, Layout::vector);
+      } else {
+        whole = source.line_chunk(at, kk, Layout::vector);
+      }
       if (whole != nullptr) {
         copy16(dst, whole);
         continue;
@@ -381,32 +421,14 @@ struct operand_stager {
 #pragma unroll 1
 #endif
       for (int e = 0; e < Layout::vector; ++e) {
-        const auto* p = Layout::k_major ? source.element(at, kk + e)
-                                        : line_element(source, at, e, kk);
+        const T* p = nullptr;
+        if constexpr (Layout::k_major) {
+          p = source.element(at, kk + e);
+        } else {
+          p = source.line_element(at, e, kk);
+        }
         dst[e] = p != nullptr ? *p : T{};
       }
-    }
-  }
-
- private:
-  // Only matrix sources have lines; a gather source is K-major (the static_assert above).
-  template <class S>
-  GPUBATCH_HOST_DEVICE static const auto* line_chunk(const S& source,
-                                                     const typename S::cursor& c, index_t kk) {
-    if constexpr (Layout::k_major) {
-      return static_cast<const typename S::element_type*>(nullptr);
-    } else {
-      return source.line_chunk(c, kk, Layout::vector);
-    }
-  }
-  template <class S>
-  GPUBATCH_HOST_DEVICE static const auto* line_element(const S& source,
-                                                       const typename S::cursor& c, int e,
-                                                       index_t kk) {
-    if constexpr (Layout::k_major) {
-      return static_cast<const typename S::element_type*>(nullptr);
-    } else {
-      return source.line_element(c, e, kk);
     }
   }
 };
