@@ -51,7 +51,9 @@ struct rebudget<tensor_core_policy<M, N, K, W, S, L, B>, TileN, MinBlocksPerSm> 
 /// true), the SIMT tile otherwise — with the convolution's own blocks per SM. The implicit GEMM
 /// gathers its A tile through the filter and image geometry, which the GEMM's register budget
 /// has no room for (held to it, the kernels spill hundreds of bytes): the tensor-core medium
-/// tile is budgeted for 3 blocks of 128 threads (168 registers), every other tile for 1 block.
+/// tile is budgeted for 3 blocks of 128 threads (168 registers; TF32 for 2, 255 registers: its
+/// f32 fragments take twice the registers, and the grouped NCHW gather spilled at 168), every
+/// other tile for 1 block.
 /// The SIMT large tile is 128 x 64 rather than 128 x 128: with 64 accumulators per thread and
 /// the gather's addressing, f64 and grouped f32 spilled even at 255 registers. Specialise it, or pass a policy to conv2d,
 /// to tune convolutions alone.
@@ -65,8 +67,10 @@ struct default_conv2d_policy {
       typename std::conditional_t<tensor_cores, default_tensor_core_policy<T, Arch, size>,
                                   default_gemm_policy<T, Arch, size>>::type;
   static constexpr bool simt_large = !tensor_cores && size == size_class::large;
-  using type = typename detail::rebudget<gemm_type, simt_large ? 64 : gemm_type::tile_n,
-                                         tensor_cores && size == size_class::medium ? 3 : 1>::type;
+  static constexpr int medium_tensor_core_blocks = std::is_same_v<T, float> ? 2 : 3;
+  using type = typename detail::rebudget<
+      gemm_type, simt_large ? 64 : gemm_type::tile_n,
+      tensor_cores && size == size_class::medium ? medium_tensor_core_blocks : 1>::type;
 };
 
 }  // namespace gpubatch
