@@ -445,7 +445,11 @@ def render(results_dir: Path, plots_dir: Path, output: Path, plots: bool) -> int
           "and data. Every number is the median of the repetitions (9 with `scripts/bench`, "
           "in random order); the "
           f"ratio columns are {SUBJECT} time / baseline time, so below 1 {SUBJECT} is faster. "
-          "Groups ending in `.cuda` run on the GPU backend, `.host` on the host backend. How to "
+          "Groups ending in `.cuda` run on the GPU backend, `.host` on the host backend. The "
+          "host baselines are those a CPU expert would pick: a loop of OpenBLAS calls and "
+          "LIBXSMM's JIT kernels for GEMM, oneDNN's primitives and im2col + OpenBLAS for "
+          "convolution; each host GEMM and forward-convolution baseline's result is compared "
+          "with gpubatch's before it is timed. How to "
           "run the benchmarks and add one: [bench/README.md](../bench/README.md).", ""]
     if not files:
         md += ["No results yet: run `scripts/bench`.", ""]
@@ -471,6 +475,12 @@ def render(results_dir: Path, plots_dir: Path, output: Path, plots: bool) -> int
             # The baseline library's kernel choice decides what a ratio means: record it.
             blas = (f", OpenBLAS kernels for {f.context['openblas_core']}"
                     if "openblas_core" in f.context else "")
+            if "libxsmm_target_arch" in f.context:
+                blas += (f", LIBXSMM {f.context.get('libxsmm_version', '')} JIT for "
+                         f"{f.context['libxsmm_target_arch']}")
+            if "onednn_cpu_isa" in f.context:
+                blas += (f", oneDNN {f.context.get('onednn_version', '')} on "
+                         f"{f.context['onednn_cpu_isa']}")
             md.append(f"- `{f.path.name}`: {f.context.get('date', 'unknown date')}, "
                       f"commit {f.context.get('gpubatch_commit', 'unknown')}{blas}")
         md.append("")

@@ -1,16 +1,21 @@
-// Host convolution: gpubatch's host backend against im2col + OpenBLAS sgemm (the classic CPU
-// formulation), on the same layers and the same data: ResNet-50 and MobileNetV2's depthwise
-// layers at batch 8, f32, in both layouts.
+// Host convolution: gpubatch's host backend against oneDNN's forward convolution and against
+// im2col + OpenBLAS sgemm (the classic CPU formulation), on the same layers and the same data:
+// ResNet-50 and MobileNetV2's depthwise layers at batch 8, f32, in both layouts.
 //
 //   conv2d_f32_nchw.host   gpubatch::conv2d(on_host)  vs  per sample and group: im2col into
 //                          (C/g * R * S) x (P * Q), then sgemm W_g (K/g x C/g*R*S) * cols
-//   conv2d_f32_nhwc.host   gpubatch::conv2d(on_host)  vs  per sample and group: im2col into
-//                          (P * Q) x (R * S * C/g), then sgemm cols * W_g^T
+//   conv2d_f32_nhwc.host   gpubatch::conv2d(on_host)  vs  oneDNN's convolution_forward
+//                          (inference, direct), src and dst in nhwc, the weights in the format
+//                          oneDNN picks (format_tag::any), reordered from KRSC once, untimed;
+//                          and vs per sample and group: im2col into (P * Q) x (R * S * C/g),
+//                          then sgemm cols * W_g^T
 //
-// The baseline's im2col runs across the OpenMP threads and sgemm across OpenBLAS's, so both
-// sides use every core. The x axis ("layer") indexes resnet50_layers() then the depthwise
-// layers; each run is labelled with the layer's name. Without OpenBLAS (GPUBATCH_BENCH_OPENBLAS
-// undefined) only gpubatch is measured.
+// The baselines run across every core: oneDNN's threads; the OpenMP threads for im2col and
+// OpenBLAS's for sgemm. The x axis ("layer") indexes resnet50_layers() then the depthwise
+// layers (groups = channels); each run is labelled with the layer's name. Before timing, every
+// baseline's output is compared with gpubatch's on the same data; a difference beyond rounding
+// turns the run into an error instead of a time. Without oneDNN (GPUBATCH_BENCH_ONEDNN) or
+// OpenBLAS (GPUBATCH_BENCH_OPENBLAS) that baseline is not built.
 #include "conv/layers.hpp"
 #include "support/harness.hpp"
 
@@ -19,7 +24,10 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
+#include <limits>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -27,6 +35,9 @@
 #include "support/openblas.hpp"
 
 #include <cblas.h>
+#endif
+#if GPUBATCH_BENCH_ONEDNN
+#include <dnnl.hpp>
 #endif
 
 namespace {
@@ -69,6 +80,27 @@ struct layer_data {
     for (float& v : w) v = next();
   }
 };
+
+/// Throws unless y, as a baseline left it, equals gpubatch's output on the same x and w up to
+/// rounding: |y - y_gpubatch| <= 16 (C/g R S) eps / 4 (every product is at most 1/4 in
+/// magnitude, so the rounding of a sum of C/g R S of them stays far below that).
+[[maybe_unused]] void check_against_gpubatch(const layer_data& d, tensor_layout order,
+                                             const std::string& baseline) {
+  std::vector<float> want(d.y.size());
+  const gpubatch::tensor4d_view<const float> x(d.x.data(), d.xs.n, d.xs.c, d.xs.h, d.xs.w, order);
+  const gpubatch::tensor4d_view<const float> w(d.w.data(), d.ws.n, d.ws.c, d.ws.h, d.ws.w, order);
+  const gpubatch::tensor4d_view<float> y(want.data(), d.ys.n, d.ys.c, d.ys.h, d.ys.w, order);
+  gpubatch::conv2d(gpubatch::on_host, d.layer.params, 1.0F, x, w, 0.0F, y);
+  const double terms = static_cast<double>(d.ws.c * d.ws.h * d.ws.w);
+  const double tolerance = 4.0 * terms * std::numeric_limits<float>::epsilon();
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    const double diff = std::abs(static_cast<double>(d.y[i]) - static_cast<double>(want[i]));
+    if (!(diff <= tolerance)) {  // also catches NaN
+      throw std::runtime_error(baseline + " differs from gpubatch at element " + std::to_string(i) +
+                               ": " + std::to_string(d.y[i]) + " vs " + std::to_string(want[i]));
+    }
+  }
+}
 
 void finish(benchmark::State& state, const conv_layer& l) {
   state.SetLabel(l.name);
@@ -168,11 +200,82 @@ void conv_host_openblas(benchmark::State& state, tensor_layout order) {
       }
     };
     run();
+    check_against_gpubatch(d, order, "im2col + OpenBLAS");
     for (auto _ : state) {
       run();
       benchmark::DoNotOptimize(d.y.data());
     }
     finish(state, l);
+  });
+}
+#endif
+
+#if GPUBATCH_BENCH_ONEDNN
+/// The oneDNN release and the instruction set its kernels use, in the JSON context.
+const bool onednn_described = [] {
+  const dnnl_version_t* v = dnnl::version();
+  benchmark::AddCustomContext("onednn_version", std::to_string(v->major) + "." +
+                                                    std::to_string(v->minor) + "." +
+                                                    std::to_string(v->patch));
+  const char* isa = "other";
+  switch (dnnl::get_effective_cpu_isa()) {
+    case dnnl::cpu_isa::avx512_core_amx: isa = "avx512_core_amx"; break;
+    case dnnl::cpu_isa::avx512_core_bf16: isa = "avx512_core_bf16"; break;
+    case dnnl::cpu_isa::avx512_core_vnni: isa = "avx512_core_vnni"; break;
+    case dnnl::cpu_isa::avx512_core: isa = "avx512_core"; break;
+    case dnnl::cpu_isa::avx2_vnni: isa = "avx2_vnni"; break;
+    case dnnl::cpu_isa::avx2: isa = "avx2"; break;
+    default: break;
+  }
+  benchmark::AddCustomContext("onednn_cpu_isa", isa);
+  return true;
+}();
+
+/// oneDNN's forward convolution on NHWC tensors: the primitive is created and the weights
+/// reordered from gpubatch's KRSC (oneDNN's ohwi, or gohwi with groups) to the format oneDNN
+/// chose for this layer before the timing; each iteration is one execute().
+void conv_host_onednn(benchmark::State& state) {
+  bench::run_host_benchmark(state, [&] {
+    layer_data d(host_layers()[static_cast<std::size_t>(state.range(0))]);
+    const conv_layer& l = d.layer;
+    const gpubatch::conv2d_params& p = l.params;
+    using tag = dnnl::memory::format_tag;
+    using dt = dnnl::memory::data_type;
+    const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+    dnnl::stream stream(engine);
+    const index_t g = p.groups;
+    const dnnl::memory::dims weight_dims =
+        g > 1 ? dnnl::memory::dims{g, l.k / g, d.ws.c, l.r, l.s}
+              : dnnl::memory::dims{l.k, d.ws.c, l.r, l.s};
+    const dnnl::memory::desc src_desc({d.xs.n, d.xs.c, d.xs.h, d.xs.w}, dt::f32, tag::nhwc);
+    const dnnl::memory::desc dst_desc({d.ys.n, d.ys.c, d.ys.h, d.ys.w}, dt::f32, tag::nhwc);
+    const dnnl::memory::desc weights_any(weight_dims, dt::f32, tag::any);
+    const dnnl::convolution_forward::primitive_desc pd(
+        dnnl::convolution_forward::desc(
+            dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src_desc,
+            weights_any, dst_desc, {p.stride_h, p.stride_w},
+            {p.dilation_h - 1, p.dilation_w - 1},  // oneDNN counts the gaps
+            {p.pad_h_begin, p.pad_w_begin}, {p.pad_h_end, p.pad_w_end}),
+        engine);
+    dnnl::memory user_weights({weight_dims, dt::f32, g > 1 ? tag::gohwi : tag::ohwi}, engine,
+                              d.w.data());
+    dnnl::memory weights(pd.weights_desc(), engine);
+    dnnl::reorder(user_weights, weights).execute(stream, user_weights, weights);
+    dnnl::memory src(src_desc, engine, d.x.data());
+    dnnl::memory dst(dst_desc, engine, d.y.data());
+    const dnnl::convolution_forward prim(pd);
+    const auto run = [&] {
+      prim.execute(stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, dst}});
+      stream.wait();
+    };
+    run();  // warm-up, and the output the check reads
+    check_against_gpubatch(d, tensor_layout::nhwc, "oneDNN");
+    for (auto _ : state) {
+      run();
+      benchmark::DoNotOptimize(d.y.data());
+    }
+    finish(state, l);
+    state.SetLabel(std::string(l.name) + " " + pd.impl_info_str());  // e.g. brg:avx512_core
   });
 }
 #endif
@@ -196,6 +299,14 @@ void register_all() {
         [order](benchmark::State& s) { conv_host_openblas(s, order); });
     baseline->ArgName("layer")->UseRealTime()->Unit(benchmark::kMillisecond);
     bench::layer_args(baseline, host_layers());
+#endif
+#if GPUBATCH_BENCH_ONEDNN
+    if (order == tensor_layout::nhwc) {
+      auto* onednn = benchmark::RegisterBenchmark(bench::name(g.group, "onednn").c_str(),
+                                                  [](benchmark::State& s) { conv_host_onednn(s); });
+      onednn->ArgName("layer")->UseRealTime()->Unit(benchmark::kMillisecond);
+      bench::layer_args(onednn, host_layers());
+    }
 #endif
   }
 }

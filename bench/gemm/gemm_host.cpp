@@ -1,8 +1,10 @@
-// Host-backend batched GEMM against a loop of OpenBLAS calls over the same batch, OpenMP across
-// the batch for both (OpenBLAS single-threaded inside each call, as a batch loop would run it).
+// Host-backend batched GEMM against the CPU's small-GEMM baselines on the same batch, OpenMP
+// across the batch for every implementation (the same thread count: OpenMP's default):
 //
-//   gemm_f32.host      gpubatch::gemm(on_host, ...)   vs  cblas_sgemm per problem
-//   gemm_f64.host      gpubatch::gemm(on_host, ...)   vs  cblas_dgemm per problem
+//   gemm_f32.host      gpubatch::gemm(on_host, ...)   vs  cblas_sgemm per problem (OpenBLAS,
+//                                                         single-threaded inside each call), and
+//                                                         LIBXSMM's JIT kernel for the shape
+//   gemm_f64.host      gpubatch::gemm(on_host, ...)   vs  cblas_dgemm per problem, and LIBXSMM
 //   gemm_f32_l2.host   the same, on batches that stay in the L2 caches
 //   gemm_f64_l2.host
 //
@@ -13,6 +15,13 @@
 //  - cache-resident (gemm_*_l2.host, n = 4 ... 128): about 512 KiB of operands per thread, as
 //    when a batch was just produced by the previous layer; computation and per-call overhead,
 //    not memory, decide.
+//
+// LIBXSMM (when built with it, GPUBATCH_BENCH_LIBXSMM) is column-major: the row-major
+// C = A B is its C^T = B^T A^T, so its kernel gets B as its first operand and A as its second.
+// One kernel per shape is dispatched (JIT-compiled) before the timing, with beta = 0 and
+// LIBXSMM's automatic prefetch of the next problem's operands. Before timing, every baseline's
+// result is compared with gpubatch's on the same data; a difference beyond rounding turns the
+// run into an error instead of a time.
 #include "support/harness.hpp"
 #include "support/openblas.hpp"
 
@@ -22,9 +31,18 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <limits>
 #include <omp.h>
 #include <random>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+
+#if GPUBATCH_BENCH_LIBXSMM
+#include <libxsmm.h>
+#endif
 
 namespace {
 
@@ -62,6 +80,25 @@ struct square_batch {
     std::fill_n(c.data(), c.size(), T(0));
   }
   std::size_t elements() const { return static_cast<std::size_t>(n * n * count); }
+  /// Throws unless C, as a baseline left it, equals gpubatch's result on the same A and B up to
+  /// rounding: |c - c_gpubatch| <= 16 n eps (the products are in [-1, 1], so the rounding of a
+  /// sum of n of them stays far below that; a wrong product is off by O(1)).
+  void check_against_gpubatch(const std::string& baseline) const {
+    gpubatch::device_buffer<T> want(elements(), gpubatch::on_host);
+    const auto av = gpubatch::matrix_batch_view<const T>::packed(a, n, n, count);
+    const auto bv = gpubatch::matrix_batch_view<const T>::packed(b, n, n, count);
+    const auto cv = gpubatch::matrix_batch_view<T>::packed(want, n, n, count);
+    gpubatch::gemm(gpubatch::on_host, gpubatch::op::none, gpubatch::op::none, T(1), av, bv, T(0), cv);
+    const double tolerance = 16.0 * static_cast<double>(n) * std::numeric_limits<T>::epsilon();
+    for (std::size_t i = 0; i < elements(); ++i) {
+      const double diff = std::abs(static_cast<double>(c.data()[i]) - static_cast<double>(want.data()[i]));
+      if (!(diff <= tolerance)) {  // also catches NaN
+        throw std::runtime_error(baseline + " differs from gpubatch at element " + std::to_string(i) +
+                                 ": " + std::to_string(c.data()[i]) + " vs " +
+                                 std::to_string(want.data()[i]));
+      }
+    }
+  }
   void set_rates(benchmark::State& state) const {
     bench::set_rates(state, 2.0 * static_cast<double>(n * n * n * count),
                      3.0 * static_cast<double>(n * n * count * static_cast<index_t>(sizeof(T))));
@@ -92,7 +129,7 @@ void gemm_openblas(benchmark::State& state) {
     const int n = static_cast<int>(data.n);
     const index_t stride = data.n * data.n;
     openblas_set_num_threads(1);  // parallelism comes from the loop over the batch, as for gpubatch
-    for (auto _ : state) {
+    const auto run = [&] {
 #pragma omp parallel for schedule(static)
       for (index_t i = 0; i < data.count; ++i) {
         if constexpr (std::is_same_v<T, float>) {
@@ -103,11 +140,58 @@ void gemm_openblas(benchmark::State& state) {
                       data.b.data() + i * stride, n, 0.0, data.c.data() + i * stride, n);
         }
       }
+    };
+    run();
+    data.check_against_gpubatch("OpenBLAS");
+    for (auto _ : state) {
+      run();
       benchmark::DoNotOptimize(data.c.data());
     }
     data.set_rates(state);
   });
 }
+
+#if GPUBATCH_BENCH_LIBXSMM
+/// The LIBXSMM build and the code path its JIT generates for, in the JSON context.
+inline const bool libxsmm_described = [] {
+  benchmark::AddCustomContext("libxsmm_version", LIBXSMM_VERSION);
+  benchmark::AddCustomContext("libxsmm_target_arch", libxsmm_get_target_arch());
+  return true;
+}();
+
+template <class T, bool CacheResident>
+void gemm_libxsmm(benchmark::State& state) {
+  bench::run_host_benchmark(state, [&] {
+    square_batch<T> data(state.range(0), CacheResident);
+    const auto n = static_cast<libxsmm_blasint>(data.n);
+    const index_t stride = data.n * data.n;
+    // Column-major C^T (n x n) = B^T (n x n) * A^T (n x n): m = n = k = n, leading dimensions n.
+    const libxsmm_mmfunction<T> kernel(LIBXSMM_GEMM_FLAG_NONE, n, n, n, T(1), T(0),
+                                       LIBXSMM_PREFETCH_AUTO);
+    if (!kernel) {
+      throw std::runtime_error("LIBXSMM dispatched no kernel for n = " + std::to_string(n));
+    }
+    const T* const a = data.a.data();
+    const T* const b = data.b.data();
+    T* const c = data.c.data();
+    const auto run = [&] {
+#pragma omp parallel for schedule(static)
+      for (index_t i = 0; i < data.count; ++i) {
+        const index_t next = i + 1 < data.count ? i + 1 : i;  // the operands to prefetch
+        kernel(b + i * stride, a + i * stride, c + i * stride,
+               b + next * stride, a + next * stride, c + next * stride);
+      }
+    };
+    run();
+    data.check_against_gpubatch("LIBXSMM");
+    for (auto _ : state) {
+      run();
+      benchmark::DoNotOptimize(data.c.data());
+    }
+    data.set_rates(state);
+  });
+}
+#endif
 
 void sizes(benchmark::internal::Benchmark* b) {
   b->ArgName("n")->RangeMultiplier(2)->Range(4, 512)->UseRealTime()->Unit(benchmark::kMicrosecond);
@@ -128,5 +212,13 @@ BENCHMARK(gemm_gpubatch<double, true>)
     ->Name(bench::name("gemm_f64_l2.host", bench::subject))->Apply(resident_sizes);
 BENCHMARK(gemm_openblas<double, true>)
     ->Name(bench::name("gemm_f64_l2.host", "openblas"))->Apply(resident_sizes);
+#if GPUBATCH_BENCH_LIBXSMM
+BENCHMARK(gemm_libxsmm<float, false>)->Name(bench::name("gemm_f32.host", "libxsmm"))->Apply(sizes);
+BENCHMARK(gemm_libxsmm<double, false>)->Name(bench::name("gemm_f64.host", "libxsmm"))->Apply(sizes);
+BENCHMARK(gemm_libxsmm<float, true>)
+    ->Name(bench::name("gemm_f32_l2.host", "libxsmm"))->Apply(resident_sizes);
+BENCHMARK(gemm_libxsmm<double, true>)
+    ->Name(bench::name("gemm_f64_l2.host", "libxsmm"))->Apply(resident_sizes);
+#endif
 
 }  // namespace
