@@ -238,6 +238,24 @@ using gemm_default = typename gpubatch::default_gemm_policy<T, 90, Size>::type;
 template <class T, gpubatch::size_class Size>
 using conv_default = typename gpubatch::default_conv2d_policy<T, 90, Size, false>::type;
 
+/// A ragged grouped block of `ppb` problems within `bounds`: on every third trial some problems
+/// are empty (no outputs, no staging, as fetch_problem leaves an unusable one), the rest lie
+/// anywhere within the bounds.
+std::vector<tiny_problem> ragged_block(const tiny::block_bounds& bounds, index_t ppb, int trial,
+                                       std::mt19937& rng) {
+  std::vector<tiny_problem> block;
+  const auto upto = [&](index_t hi) {
+    return std::uniform_int_distribution<index_t>(trial % 3 == 0 ? 0 : 1, hi)(rng);
+  };
+  for (index_t l = 0; l < ppb; ++l) {
+    block.push_back({upto(bounds.max_m), upto(bounds.max_n), upto(bounds.max_k)});
+    if (block.back().m == 0 || block.back().n == 0 || block.back().k == 0) {
+      block.back() = {0, 0, 0};
+    }
+  }
+  return block;
+}
+
 }  // namespace
 
 TEST_CASE("bank conflicts: the counting model", "[gemm][banks]") {
@@ -304,17 +322,7 @@ TEST_CASE("bank conflicts: tiny GEMM reads of ragged grouped blocks are conflict
       const index_t ppb = tiny_problems_per_block(bounds, bytes);
       const index_t kc = std::min<index_t>(bounds.max_k, tiny_policy::tile_k);
       for (int trial = 0; trial < 50; ++trial) {
-        std::vector<tiny_problem> block;
-        for (index_t l = 0; l < ppb; ++l) {
-          // Some problems empty (no outputs, no staging), the rest anywhere within the bounds.
-          const auto upto = [&](index_t hi) {
-            return std::uniform_int_distribution<index_t>(trial % 3 == 0 ? 0 : 1, hi)(rng);
-          };
-          block.push_back({upto(bounds.max_m), upto(bounds.max_n), upto(bounds.max_k)});
-          if (block.back().m == 0 || block.back().n == 0 || block.back().k == 0) {
-            block.back() = {0, 0, 0};  // as fetch_problem leaves an unusable problem
-          }
-        }
+        const std::vector<tiny_problem> block = ragged_block(bounds, ppb, trial, rng);
         CAPTURE(bounds.max_m, bounds.max_n, bounds.max_k, bytes, trial);
         const read_degrees worst = worst_tiny_reads(block, kc, bytes);
         REQUIRE(worst.a <= 1);
@@ -382,16 +390,7 @@ TEST_CASE("bank conflicts: tiny GEMM staging stores at most 2-way", "[gemm][bank
       const index_t ppb = tiny_problems_per_block(bounds, bytes);
       const index_t kc = std::min<index_t>(bounds.max_k, tiny_policy::tile_k);
       for (int trial = 0; trial < 50; ++trial) {
-        std::vector<tiny_problem> block;
-        for (index_t l = 0; l < ppb; ++l) {
-          const auto upto = [&](index_t hi) {
-            return std::uniform_int_distribution<index_t>(trial % 3 == 0 ? 0 : 1, hi)(rng);
-          };
-          block.push_back({upto(bounds.max_m), upto(bounds.max_n), upto(bounds.max_k)});
-          if (block.back().m == 0 || block.back().n == 0 || block.back().k == 0) {
-            block.back() = {0, 0, 0};
-          }
-        }
+        const std::vector<tiny_problem> block = ragged_block(bounds, ppb, trial, rng);
         CAPTURE(bounds.max_m, bounds.max_n, bounds.max_k, bytes, trial);
         const read_degrees worst = worst_tiny_stores(block, kc, bytes);
         REQUIRE(worst.a <= 2);

@@ -223,7 +223,7 @@ struct fprop_gemm {
 
   /// Element (row, kk) of A when it and the elements (row + e, kk) of the next `count - 1` rows
   /// (same output row, unit column stride) all lie inside the input, so they are `count`
-  /// consecutive elements of x; null otherwise.
+  /// consecutive elements of x (NCHW: a_lines_contiguous); null otherwise.
   GPUBATCH_HOST_DEVICE const TX* a_line(const row_cursor& cur, index_t kk, index_t count) const {
     if (cur.base == nullptr) {
       return nullptr;
@@ -235,22 +235,12 @@ struct fprop_gemm {
     if (ih < 0 || ih >= geo.h || iw < 0 || iw + count > geo.w) {
       return nullptr;
     }
-    return cur.base + (ic * geo.h + ih) * geo.w + iw;  // NCHW (a_lines_contiguous)
+    return cur.base + (geo.nhwc() ? (ih * geo.w + iw) * geo.c + ic : (ic * geo.h + ih) * geo.w + iw);
   }
 
   /// Element (row, kk) of A, or null where the receptive field lies in the zero padding.
   GPUBATCH_HOST_DEVICE const TX* a(const row_cursor& cur, index_t kk) const {
-    if (cur.base == nullptr) {
-      return nullptr;
-    }
-    index_t ic, ir, is;
-    geo.decode_filter_index(kk, ic, ir, is);
-    const index_t ih = cur.ih0 + ir * geo.dilation_h;
-    const index_t iw = cur.iw0 + is * geo.dilation_w;
-    if (ih < 0 || ih >= geo.h || iw < 0 || iw >= geo.w) {
-      return nullptr;
-    }
-    return cur.base + (geo.nhwc() ? (ih * geo.w + iw) * geo.c + ic : (ic * geo.h + ih) * geo.w + iw);
+    return a_line(cur, kk, 1);
   }
 
   /// Element (kk, j) of B: filter j's element kk (never null for forward propagation).
