@@ -84,8 +84,7 @@ inline Vec splat(T x) {
 /// store and eight reloads per reduction step, and f64 at n = 128 and 256 ran at 1.5x
 /// LIBXSMM's time (1.0x with the pin). The empty asm makes the value opaque where it is used,
 /// so it stays in a register; pinned only once per step it was spilled all the same, and the
-/// f32 kernels lost 1.5x. square_run does without: pinning its B vectors made f64 at n = 32
-/// slower (1.2x -> 1.5x LIBXSMM's time).
+/// f32 kernels lost 1.5x.
 template <class Vec>
 inline void keep_in_register([[maybe_unused]] Vec& v) {
 #if (defined(__x86_64__) || defined(__i386__)) && !defined(__CUDACC__)
@@ -95,6 +94,16 @@ inline void keep_in_register([[maybe_unused]] Vec& v) {
   asm("" : "+x"(v));
 #endif
 #endif
+}
+
+/// p, which the optimiser can no longer prove equal to p: loads through it stay where they are
+/// written instead of being hoisted out of the enclosing loop.
+template <class T>
+inline const T* opaque(const T* p) {
+#if !defined(__CUDACC__)
+  asm("" : "+r"(p));
+#endif
+  return p;
 }
 #endif
 
@@ -617,14 +626,22 @@ constexpr int square_rows_per_pass(int n, int vectors_per_row) {
 /// store path) is decided once, so a problem costs little more than its multiply-adds: the
 /// row kernel's per-problem work (pass setup, a row buffer, per-row checks) was half the time
 /// of an 8 x 8 x 8 f32 problem.
+/// While one problem is computed, the A, B and C of the one after next are prefetched, spread
+/// over its reduction steps: the hardware prefetchers alone left f64 at n = 16 in a streaming
+/// batch at 1.3x LIBXSMM's time (0.8x with it; prefetching only the next problem, 0.9x). Below
+/// 1 KiB (f32 at n = 8) the next problem is the one prefetched: two ahead measured 1.3x slower.
+/// A problem of up to 16 KiB goes to L1, a larger one to L2 only, where it does not evict the
+/// problem being computed.
 /// `Packed`: every leading dimension is N, known at compile time, so all of a problem's
 /// addresses are one base register plus a constant (16 row pointers of A took most of the
 /// general registers and cost 1.4x at n = 16).
 /// `Scale`: false when alpha = 1 and the store is plain, which skips a multiply per vector of C
 /// (1.05x at n = 16: 16 of the ~290 instructions of a problem).
+/// Never inlined: inlined into its caller, next to the other sizes' kernels, GCC ran short of
+/// vector registers and kept f64's B vectors at n = 32 on the stack (1.3x LIBXSMM's time).
 template <int N, bool ReadC, bool Packed, bool Scale, class Batch, class Compute, class Epilogue>
-void square_run(const Batch& batch, index_t first, index_t last, Compute alpha, Compute beta,
-                const Epilogue& epilogue) {
+__attribute__((noinline)) void square_run(const Batch& batch, index_t first, index_t last,
+                                          Compute alpha, Compute beta, const Epilogue& epilogue) {
   constexpr int row_bytes = N * static_cast<int>(sizeof(Compute));
   constexpr int vec_bytes = row_bytes < vector_bytes ? row_bytes : vector_bytes;
   constexpr int lanes = vec_bytes / static_cast<int>(sizeof(Compute));
@@ -633,6 +650,15 @@ void square_run(const Batch& batch, index_t first, index_t last, Compute alpha, 
   using vec = typename vector_of<Compute, vec_bytes>::type;
   using TC = typename batch_types<Batch>::c;
   constexpr bool vector_store = plain_store<Batch, Compute, Epilogue>;
+  // The next problem's cache lines, one of each operand every `spacing` reduction steps.
+  constexpr int line_elements = 64 / static_cast<int>(sizeof(Compute));
+  constexpr int lines_per_row = N > line_elements ? N / line_elements : 1;
+  constexpr int lines = N * lines_per_row;  // per operand
+  // Reduction steps between prefetches, spreading them over the whole problem.
+  constexpr int spacing = N / R > lines_per_row ? N / R / lines_per_row : 1;
+  constexpr int problem_bytes = 3 * N * N * static_cast<int>(sizeof(Compute));
+  constexpr int locality = problem_bytes <= 16 * 1024 ? 3 : 2;
+  constexpr index_t distance = problem_bytes < 1024 ? 1 : 2;  // problems ahead
   const vec alpha_v = splat<vec>(alpha);
   [[maybe_unused]] const vec beta_v = splat<vec>(beta);
   // A copy of the batch description, which the compiler keeps in registers: read through the
@@ -640,18 +666,32 @@ void square_run(const Batch& batch, index_t first, index_t last, Compute alpha, 
   const Batch local = batch;
   for (index_t i = first; i < last; ++i) {
     const auto p = local.problem(i);
+    const auto next = local.problem(std::min(i + distance, last - 1));
     const index_t a_ld = Packed ? N : p.a.stride.row;
     const index_t b_ld = Packed ? N : p.b.stride.row;
     const index_t c_ld = Packed ? N : p.c.stride.row;
     for (int i0 = 0; i0 < N; i0 += R) {
       const Compute* const a = p.a.data + i0 * a_ld;
-      const Compute* const b = p.b.data;
+      // The same B for every pass, so GCC would hoist all of its loads out of the pass loop
+      // and, short of registers, keep them on the stack: an opaque pointer per pass stops it.
+      const Compute* const b = opaque(p.b.data);
       vec acc[R][V];
-      GPUBATCH_HOST_UNROLL(32)
+      GPUBATCH_HOST_UNROLL(64)
       for (int q = 0; q < N; ++q) {
+        const int line = (i0 / R * N + q) / spacing;
+        if (q % spacing == 0 && line < lines) {
+          const int row = line / lines_per_row;
+          const int offset = line % lines_per_row * line_elements;
+          __builtin_prefetch(next.a.data + row * a_ld + offset, 0, locality);
+          __builtin_prefetch(next.b.data + row * b_ld + offset, 0, locality);
+          __builtin_prefetch(next.c.data + row * c_ld + offset, 1, locality);
+        }
         vec bq[V];
         GPUBATCH_HOST_UNROLL(8)
-        for (int v = 0; v < V; ++v) std::memcpy(&bq[v], b + q * b_ld + v * lanes, sizeof(vec));
+        for (int v = 0; v < V; ++v) {
+          std::memcpy(&bq[v], b + q * b_ld + v * lanes, sizeof(vec));
+          keep_in_register(bq[v]);  // else each multiply-add reloads it from memory
+        }
         GPUBATCH_HOST_UNROLL(16)
         for (int r = 0; r < R; ++r) {
           const vec ar = splat<vec>(a[r * a_ld + q]);
