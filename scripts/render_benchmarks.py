@@ -3,6 +3,8 @@
 
 Input: every bench/results/<executable>-<machine>.json (scripts/bench writes them, with
 --benchmark_out_format=json). One section per machine; in it, one plot and one table per group.
+Every plot's title names the machine (the GPU, else the CPU model) and the gpubatch commit
+measured (the context's gpubatch_commit, "+dirty" when the tree had changes).
 
 Naming convention (bench/README.md; gpubatch::bench::name() builds the first two parts):
 
@@ -11,11 +13,17 @@ Naming convention (bench/README.md; gpubatch::bench::name() builds the first two
   group  what is measured and on which backend, "<operation>.<backend>"; no '/'.
   impl   "gpubatch" for the code under test, else the name of a baseline (cudaMalloc, cublas,
          openblas, cudnn, malloc, ...). Every implementation of a group measures the same work on
-         the same data, so their times divide: the tables show gpubatch / baseline per x.
+         the same data, so their times divide: the tables show gpubatch / baseline per x. A
+         group with no baseline, no gpubatch, or no baseline that ran (SkipWithError) has no
+         ratio column and a line saying which.
   args   Google Benchmark's arguments, "name:value" (with ArgName/ArgNames) or a bare value.
          The LAST argument is the x axis; any earlier ones (and threads:N) split the group into
          sub-groups, e.g. gemm_f32.cuda/cublas/batch:64/n:256 -> sub-group "batch:64", x = n.
-         An argument named "bytes" is printed as KiB/MiB/GiB.
+         An argument named "bytes" is printed as KiB/MiB/GiB. Sizes are plotted on a log axis.
+         An x argument named "layer" (CATEGORICAL_ARGS) is an index into a list, not a size:
+         its values are plotted evenly spaced in index order on a linear axis, and tables and
+         ticks print each by its runs' label (state.SetLabel; the words all implementations'
+         labels share, so a baseline may append what it chose), "layer <index>" without one.
 
 Google Benchmark's own suffixes (real_time, manual_time, process_time, iterations:N, repeats:N,
 min_time:..., min_warmup_time:...) are recognised and removed; manual_time marks device time
@@ -24,8 +32,9 @@ measured with CUDA events, anything else wall-clock time (the JSON's real_time f
 Values: the "median" aggregate of the repetitions (--benchmark_repetitions with
 --benchmark_report_aggregates_only); without aggregates, the median of the individual runs.
 Rate counters "flops_per_second" and "bytes_per_second" (gpubatch::bench::set_rates) get table
-columns when a group reports them, as does "extra_bytes" (memory beyond inputs and outputs). Benchmarks that called SkipWithError (for example "no CUDA
-device") are listed as not run, with the message.
+columns when a group reports them, as does "extra_bytes" (memory beyond inputs and outputs).
+Benchmarks that called SkipWithError (for example "no CUDA device") are listed as not run, with
+the message. tests/bench/render_benchmarks_test.py checks the renderer on made-up results.
 
 Usage: render_benchmarks.py --results DIR --plots DIR --output FILE [--no-plots]
 """
@@ -49,6 +58,9 @@ MEMORY_COUNTERS = {"extra_bytes": "extra memory"}
 TIMER_SUFFIXES = {"manual_time": "device time (CUDA events)", "real_time": "wall clock"}
 IGNORED_PREFIXES = ("iterations:", "repeats:", "min_time:", "min_warmup_time:", "process_time")
 TIME_UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
+# x arguments that index a list (the layers of bench/conv/layers.hpp) rather than measure a size:
+# evenly spaced in index order on a linear axis, named by the runs' labels.
+CATEGORICAL_ARGS = {"layer"}
 
 
 # --------------------------------------------------------------------------------------------
@@ -108,13 +120,25 @@ class Group:
     source: str                       # the executable that produced it
     timer: str
     x_label: str | None
+    commit: str = "unknown"           # gpubatch_commit of the results file
     impls: list[str] = field(default_factory=list)
     repetitions: int = 1
     cells: dict[tuple[str, float | None], Cell] = field(default_factory=dict)
+    names: dict[float, str] = field(default_factory=dict)  # x -> its runs' label
+
+    @property
+    def categorical(self) -> bool:
+        return self.x_label in CATEGORICAL_ARGS
 
     def xs(self) -> list[float | None]:
         values = {x for (_, x) in self.cells}
         return sorted(values, key=lambda v: (v is None, v if v is not None else 0.0))
+
+    def x_text(self, x: float | None) -> str:
+        """x as tables and ticks print it: a categorical x by its label (else "layer 3")."""
+        if self.categorical and x is not None:
+            return self.names.get(x) or f"{self.x_label} {x:g}"
+        return fmt_x(x, self.x_label)
 
     def ran(self, impl: str) -> bool:
         return any(c.time_s is not None for (i, _), c in self.cells.items() if i == impl)
@@ -146,13 +170,27 @@ def _counters(entry: dict) -> dict[str, float]:
             if isinstance(entry.get(k), (int, float))}
 
 
+def _common_label(by_impl: dict[str, str]) -> str:
+    """The words every implementation's label at one x starts with (a baseline may append
+    what it chose, e.g. "res2_3x3_64-64 brg:avx512_core"); else gpubatch's label."""
+    words = [label.split() for label in by_impl.values()]
+    common: list[str] = []
+    for column in zip(*words):
+        if any(w != column[0] for w in column):
+            break
+        common.append(column[0])
+    return " ".join(common) or by_impl.get(SUBJECT) or next(iter(by_impl.values()))
+
+
 def read_results(path: Path) -> ResultFile:
     executable, _, machine = path.stem.partition("-")
     data = json.loads(path.read_text())
+    commit = str(data.get("context", {}).get("gpubatch_commit") or "unknown")
     groups: dict[str, Group] = {}
     medians: dict[tuple[str, str, float | None], dict] = {}
     runs: dict[tuple[str, str, float | None], list[dict]] = {}
     errors: dict[tuple[str, str, float | None], str] = {}
+    labels: dict[tuple[str, float], dict[str, str]] = {}  # (group, x) -> impl -> label
     unconventional: list[str] = []
 
     for entry in data.get("benchmarks", []):
@@ -165,9 +203,11 @@ def read_results(path: Path) -> ResultFile:
         group = groups.get(parsed.group)
         if group is None:
             group = groups[parsed.group] = Group(parsed.group, executable, parsed.timer,
-                                                 parsed.x_label)
+                                                 parsed.x_label, commit)
         if parsed.impl not in group.impls:
             group.impls.append(parsed.impl)
+        if parsed.x is not None and entry.get("label"):
+            labels.setdefault((parsed.group, parsed.x), {})[parsed.impl] = str(entry["label"])
         if not entry.get("error_occurred"):
             group.repetitions = max(group.repetitions, int(entry.get("repetitions", 1)))
         key = (parsed.group, parsed.impl, parsed.x)
@@ -194,6 +234,9 @@ def read_results(path: Path) -> ResultFile:
         else:
             cell.error = errors[key]
         groups[group_name].cells[(impl, x)] = cell
+
+    for (group_name, x), by_impl in labels.items():
+        groups[group_name].names[x] = _common_label(by_impl)
 
     for group in groups.values():  # the subject first, baselines in registration order
         group.impls.sort(key=lambda i: i != SUBJECT)
@@ -249,33 +292,53 @@ def table(header: list[str], rows: list[list[str]], align_right_from: int = 1) -
 # Plots
 
 def plot_group(group: Group, machine_label: str, path: Path) -> bool:
-    """Time per implementation (left) and gpubatch / baseline (right) against x."""
+    """Writes the group's plot to path; False when it has nothing to plot."""
+    fig = group_figure(group, machine_label)
+    if fig is None:
+        return False
+    import matplotlib.pyplot as plt
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=90, metadata={"Software": None})
+    plt.close(fig)
+    return True
+
+
+def plot_title(group: Group, machine_label: str) -> str:
+    """The suptitle: the machine and the commit measured, as the Machines table names them."""
+    return f"{machine_label}, gpubatch commit {group.commit}"
+
+
+def group_figure(group: Group, machine_label: str):
+    """Time per implementation (left) and gpubatch / baseline (right) against x; None when the
+    group has fewer than 2 x values or no measurement."""
     xs = [x for x in group.xs() if x is not None]
     if len(xs) < 2 or not any(group.ran(i) for i in group.impls):
-        return False
+        return None
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib import ticker
 
+    # A categorical x (a layer index) is drawn at 0, 1, 2, ... in index order; a size at itself.
+    position = {x: float(i) for i, x in enumerate(xs)} if group.categorical else {x: x for x in xs}
     has_ratio = group.ran(SUBJECT) and any(group.ran(b) for b in group.baselines())
-    fig, axes = plt.subplots(1, 2 if has_ratio else 1, figsize=(11 if has_ratio else 6, 4),
-                             squeeze=False)
+    width = (11 if has_ratio else 6) + (2 if group.categorical and len(xs) > 8 else 0)
+    height = 5 if group.categorical else 4
+    fig, axes = plt.subplots(1, 2 if has_ratio else 1, figsize=(width, height), squeeze=False)
     ax = axes[0][0]
     for impl in group.impls:
-        points = [(x, group.cells[(impl, x)].time_s) for x in xs
+        points = [(position[x], group.cells[(impl, x)].time_s) for x in xs
                   if (impl, x) in group.cells and group.cells[(impl, x)].time_s is not None]
         if points:
             ax.plot([p[0] for p in points], [p[1] for p in points], marker="o",
                     linewidth=2.2 if impl == SUBJECT else 1.4, label=impl)
-    ax.set_xscale("log", base=_x_base(xs))
     ax.set_yscale("log")
-    ax.set_xlabel(group.x_label or "x")
     ax.set_ylabel(f"median time [s], {group.timer}")
     ax.set_title(group.name)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
-    _label_x_ticks(ax, xs, group.x_label)
+    _x_axis(ax, group, xs, position)
 
     if has_ratio:
         ax = axes[0][1]
@@ -285,30 +348,25 @@ def plot_group(group: Group, machine_label: str, path: Path) -> bool:
             for x in xs:
                 s, b = group.cells.get((SUBJECT, x)), group.cells.get((baseline, x))
                 if s and b and s.time_s is not None and b.time_s:
-                    points.append((x, s.time_s / b.time_s))
+                    points.append((position[x], s.time_s / b.time_s))
             if points:
                 ax.plot([p[0] for p in points], [p[1] for p in points], marker="o",
                         label=f"{SUBJECT} / {baseline}")
                 ratios += [p[1] for p in points]
         ax.axhline(1.0, color="black", linewidth=0.8)
-        ax.set_xscale("log", base=_x_base(xs))
         if max(ratios) / min(ratios) > 10:  # log only when the ratios span a decade
             ax.set_yscale("log")
             ax.yaxis.set_major_locator(ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
             ax.yaxis.set_minor_locator(ticker.NullLocator())
             ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
-        ax.set_xlabel(group.x_label or "x")
         ax.set_ylabel("time ratio (below 1: gpubatch faster)")
         ax.set_title(f"{SUBJECT} / baseline")
         ax.grid(True, which="both", alpha=0.3)
         ax.legend()
-        _label_x_ticks(ax, xs, group.x_label)
-    fig.suptitle(machine_label, fontsize=9)
+        _x_axis(ax, group, xs, position)
+    fig.suptitle(plot_title(group, machine_label), fontsize=9)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=90, metadata={"Software": None})
-    plt.close(fig)
-    return True
+    return fig
 
 
 def _x_base(xs: list[float]) -> int:
@@ -316,13 +374,24 @@ def _x_base(xs: list[float]) -> int:
     return 2 if all(x > 0 and math.log2(x).is_integer() for x in xs) else 10
 
 
-def _label_x_ticks(ax, xs: list[float], label: str | None) -> None:
-    """Ticks at the measured x values, printed as the tables print them."""
+def _x_axis(ax, group: Group, xs: list[float], position: dict[float, float]) -> None:
+    """A categorical x: linear, one tick per value named as the tables name it, rotated. A size:
+    log, ticks at the measured values (up to 16) printed as the tables print them."""
     from matplotlib import ticker
 
+    ax.set_xlabel(group.x_label or "x")
+    if group.categorical:
+        ax.set_xscale("linear")
+        ax.set_xlim(-0.5, len(xs) - 0.5)
+        ax.set_xticks([position[x] for x in xs])
+        ax.set_xticklabels([group.x_text(x) for x in xs], rotation=45, ha="right",
+                           rotation_mode="anchor", fontsize=7)
+        ax.xaxis.set_minor_locator(ticker.NullLocator())
+        return
+    ax.set_xscale("log", base=_x_base(xs))
     if len(xs) <= 16:
         ax.set_xticks(xs)
-        ax.set_xticklabels([fmt_x(x, label).replace(" ", "\n") for x in xs], fontsize=8)
+        ax.set_xticklabels([group.x_text(x).replace(" ", "\n") for x in xs], fontsize=8)
         ax.xaxis.set_minor_locator(ticker.NullLocator())
 
 
@@ -369,15 +438,32 @@ def hardware_lines(ctx: dict) -> list[str]:
     return lines
 
 
+def no_ratio_reason(group: Group) -> str | None:
+    """Why the group's table has no ratio column; None when it has one."""
+    if SUBJECT not in group.impls:
+        return f"no {SUBJECT} implementation in this group: no ratio"
+    if not group.baselines():
+        return "no baseline in this group: no ratio"
+    if not group.ran(SUBJECT):
+        return f"{SUBJECT} did not run: no ratio"
+    if not any(group.ran(b) for b in group.baselines()):
+        return "no baseline ran: no ratio"
+    return None
+
+
 def group_section(group: Group, label: str, plot_rel: str | None) -> list[str]:
-    out = [f"### {group.name}", "",
-           f"From `{group.source}`; {group.timer}; median of {group.repetitions} "
-           f"repetition{'s' if group.repetitions != 1 else ''}; "
-           f"ratio = {SUBJECT} time / baseline time (below 1: {SUBJECT} is faster).", ""]
-    if plot_rel:
-        out += [f"![{group.name} on {label}]({plot_rel})", ""]
     impls = [i for i in group.impls if group.ran(i)]
     ratios = [b for b in group.baselines() if b in impls] if SUBJECT in impls else []
+    intro = (f"From `{group.source}`; {group.timer}; median of {group.repetitions} "
+             f"repetition{'s' if group.repetitions != 1 else ''}")
+    if ratios:
+        intro += f"; ratio = {SUBJECT} time / baseline time (below 1: {SUBJECT} is faster)."
+    out = [f"### {group.name}", "", intro if ratios else intro + ".", ""]
+    if not ratios:  # said plainly, not left to empty ratio cells
+        reason = no_ratio_reason(group) or "no ratio"
+        out += [reason[0].upper() + reason[1:] + ".", ""]
+    if plot_rel:
+        out += [f"![{group.name} on {label}]({plot_rel})", ""]
     rates = [c for c in RATE_COUNTERS
              if any(c in cell.counters for cell in group.cells.values())]
     header = [group.x_label or "x"] + impls + [f"{SUBJECT} / {b}" for b in ratios]
@@ -388,7 +474,7 @@ def group_section(group: Group, label: str, plot_rel: str | None) -> list[str]:
     rows = []
     notes: dict[str, int] = {}
     for x in group.xs():
-        row = [fmt_x(x, group.x_label)]
+        row = [group.x_text(x)]
         for impl in impls:
             cell = group.cells.get((impl, x))
             if cell is None:
