@@ -409,6 +409,12 @@ inline std::vector<conv_case> odd_layers() {
       {"1x1 input", 3, 32, 1, 1, 20, 1, 1},
       {"7x7 stride 3", 1, 4, 20, 20, 8, 7, 7, conv2d_params{}.with_stride(3, 3)},
       {"K > 256, reduction > 256", 1, 40, 6, 6, 300, 3, 3, pad(1, 1)},
+      // NHWC layers whose groups have 16 channels or more: the host reads taps in place
+      {"groups 2 of 24 channels, stride 2x1, asymmetric padding", 2, 48, 13, 11, 40, 3, 3,
+       conv2d_params{}.with_padding(2, 0, 1, 1).with_stride(2, 1).with_groups(2)},
+      {"300 channels (reduction chunks), dilation 2x1", 1, 300, 7, 9, 33, 3, 2,
+       conv2d_params{}.with_padding(2, 1).with_dilation(2, 1)},
+      {"1x1 stride 2 over 17 channels", 2, 17, 9, 10, 36, 1, 1, conv2d_params{}.with_stride(2, 2)},
       {"many rows", 2, 8, 17, 17, 16, 3, 3, pad(1, 1)},
   };
 }

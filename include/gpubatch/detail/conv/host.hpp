@@ -17,7 +17,9 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstring>
 #include <memory>
+#include <type_traits>
 
 #if defined(_OPENMP)
 #include <omp.h>
@@ -310,6 +312,86 @@ void pack_a(const fprop_gemm<TX, TW, TY>& g, index_t i0, index_t rows, index_t k
   }
 }
 
+/// Whether gemm_block reads an NHWC layer's input in place, one filter tap at a time: the
+/// input is of the compute type and a group has enough channels that a tap's reduction (its
+/// C/g channels) outweighs the micro-kernel's load and store of its accumulators.
+template <class Compute, class TX>
+bool taps_in_place(const conv::conv2d_geometry& geo) {
+  return std::is_same_v<TX, Compute> && geo.nhwc() && geo.cg() >= 16;
+}
+
+/// gemm_block for taps_in_place layers. The reduction runs tap by tap (and in chunks of a tap's
+/// channels): for a strip of MR output pixels whose tap falls inside the input at pixels a
+/// fixed distance apart (adjacent output columns, say), the tap's rows of A are MR runs of x,
+/// which the micro-kernel reads where they lie; only other strips (at an edge of the input or
+/// of an output row) are gathered, zero-filled where the tap falls in the padding. im2col packing had copied
+/// every element of A into the micro-kernel's layout one at a time, which cost as much as the
+/// multiply-adds of a layer with 64 output channels. Sums accumulate in `sums` (row pitch ldc).
+template <class Compute, class TX, class TW, class TY>
+void taps_block(const fprop_gemm<TX, TW, TY>& g, const Compute* packed_b, index_t i0,
+                index_t rows, index_t cols, Compute* sums, index_t ldc) {
+  constexpr int mr = host_gemm::tuning<Compute>::mr;
+  constexpr int nr = host_gemm::tuning<Compute>::nr;
+  using cursor = typename fprop_gemm<TX, TW, TY>::row_cursor;
+  const auto& geo = g.geo;
+  const index_t cg = geo.cg(), gk = g.k();
+  const index_t kc = std::min(blocking::kc, cg);
+  const index_t a_strips = ceil_div(rows, mr);
+  const index_t b_strips = ceil_div(cols, nr);
+  cursor cur[host_gemm::tuning<Compute>::mc];
+  for (index_t r = 0; r < a_strips * mr; ++r) cur[r] = r < rows ? g.row(i0 + r) : cursor{nullptr, 0, 0};
+  // Per strip, where the micro-kernel reads this chunk's A: in place, or gathered into `gathered`.
+  const Compute* strip_a[host_gemm::tuning<Compute>::mc / mr];
+  index_t strip_row[host_gemm::tuning<Compute>::mc / mr];
+  Compute* const gathered = host_gemm::scratch<Compute>(static_cast<std::size_t>(a_strips * mr * kc), 0);
+  bool first = true;
+  for (index_t tap = 0; tap < geo.r * geo.s; ++tap) {
+    const index_t ir = tap / geo.s, is = tap % geo.s;
+    for (index_t c0 = 0; c0 < cg; c0 += kc, first = false) {
+      const index_t kcur = std::min(kc, cg - c0);
+      for (index_t si = 0; si < a_strips; ++si) {
+        // Each row's run of x for this chunk, null where the tap falls outside the input.
+        const Compute* run[mr];
+        bool in_place = true;
+        for (int r = 0; r < mr; ++r) {
+          const cursor& row = cur[si * mr + r];
+          const index_t ih = row.ih0 + ir * geo.dilation_h;
+          const index_t iw = row.iw0 + is * geo.dilation_w;
+          const bool inside = row.base != nullptr && ih >= 0 && ih < geo.h && iw >= 0 && iw < geo.w;
+          run[r] = inside ? reinterpret_cast<const Compute*>(row.base + (ih * geo.w + iw) * geo.c + c0)
+                          : nullptr;
+          // In place when the runs lie a fixed distance apart (adjacent output columns, and
+          // across output rows when the layer maps them to adjacent input pixels).
+          in_place = in_place && inside && (r < 2 || run[r] - run[r - 1] == run[1] - run[0]);
+        }
+        if (in_place) {
+          strip_a[si] = run[0];
+          strip_row[si] = run[1] - run[0];
+          continue;
+        }
+        Compute* const out = gathered + si * mr * kc;
+        for (int r = 0; r < mr; ++r) {
+          Compute* const dst = out + r * kcur;
+          if (run[r] != nullptr) {
+            std::memcpy(dst, run[r], static_cast<std::size_t>(kcur) * sizeof(Compute));
+          } else {
+            std::fill(dst, dst + kcur, Compute(0));
+          }
+        }
+        strip_a[si] = out;
+        strip_row[si] = kcur;
+      }
+      for (index_t sj = 0; sj < b_strips; ++sj) {
+        const Compute* const b = packed_b + sj * nr * gk + (tap * cg + c0) * nr;
+        for (index_t si = 0; si < a_strips; ++si) {
+          host_gemm::micro_kernel(kcur, host_gemm::strips<Compute>{strip_a[si], strip_row[si], 1, b, nr},
+                                  sums + si * mr * ldc + sj * nr, ldc, /*accumulate=*/!first);
+        }
+      }
+    }
+  }
+}
+
 /// Output block [i0, i0 + rows) x [j0, j0 + cols) of one implicit GEMM, `packed_b` pointing at
 /// the packed strip of column j0.
 template <class Compute, class TX, class TW, class TY, class Epilogue>
@@ -323,21 +405,25 @@ void gemm_block(const fprop_gemm<TX, TW, TY>& g, const Compute* packed_b, index_
   const index_t a_strips = ceil_div(rows, mr);
   const index_t b_strips = ceil_div(cols, nr);
   const index_t ldc = b_strips * nr;
-  Compute* const a = host_gemm::scratch<Compute>(static_cast<std::size_t>(a_strips * mr * kc), 0);
   Compute* const sums = host_gemm::scratch<Compute>(static_cast<std::size_t>(a_strips * mr * ldc), 1);
-  alignas(64) Compute acc[mr * nr];
-  for (index_t k0 = 0; k0 < gk; k0 += kc) {
-    const index_t kcur = std::min(kc, gk - k0);
-    pack_a(g, i0, rows, k0, kcur, a);
-    for (index_t sj = 0; sj < b_strips; ++sj) {
-      const Compute* const b = packed_b + sj * nr * gk + k0 * nr;
-      for (index_t si = 0; si < a_strips; ++si) {
-        host_gemm::micro_kernel(kcur, host_gemm::strips<Compute>{a + si * mr * kcur, 1, mr, b, nr}, acc, nr,
-                                /*accumulate=*/false);
-        Compute* const tile = sums + si * mr * ldc + sj * nr;
-        for (int r = 0; r < mr; ++r) {
-          for (int c = 0; c < nr; ++c) {
-            tile[r * ldc + c] = k0 == 0 ? acc[r * nr + c] : tile[r * ldc + c] + acc[r * nr + c];
+  if (taps_in_place<Compute, TX>(g.geo)) {
+    taps_block(g, packed_b, i0, rows, cols, sums, ldc);
+  } else {
+    Compute* const a = host_gemm::scratch<Compute>(static_cast<std::size_t>(a_strips * mr * kc), 0);
+    alignas(64) Compute acc[mr * nr];
+    for (index_t k0 = 0; k0 < gk; k0 += kc) {
+      const index_t kcur = std::min(kc, gk - k0);
+      pack_a(g, i0, rows, k0, kcur, a);
+      for (index_t sj = 0; sj < b_strips; ++sj) {
+        const Compute* const b = packed_b + sj * nr * gk + k0 * nr;
+        for (index_t si = 0; si < a_strips; ++si) {
+          host_gemm::micro_kernel(kcur, host_gemm::strips<Compute>{a + si * mr * kcur, 1, mr, b, nr}, acc, nr,
+                                  /*accumulate=*/false);
+          Compute* const tile = sums + si * mr * ldc + sj * nr;
+          for (int r = 0; r < mr; ++r) {
+            for (int c = 0; c < nr; ++c) {
+              tile[r * ldc + c] = k0 == 0 ? acc[r * nr + c] : tile[r * ldc + c] + acc[r * nr + c];
+            }
           }
         }
       }
