@@ -415,6 +415,11 @@ inline std::vector<conv_case> odd_layers() {
       {"300 channels (reduction chunks), dilation 2x1", 1, 300, 7, 9, 33, 3, 2,
        conv2d_params{}.with_padding(2, 1).with_dilation(2, 1)},
       {"1x1 stride 2 over 17 channels", 2, 17, 9, 10, 36, 1, 1, conv2d_params{}.with_stride(2, 2)},
+      // Depthwise NHWC rows wide enough for the host's 8-column blocks, a channel tail
+      {"depthwise 40 channels, 31 wide, dilation 2, asymmetric padding", 2, 40, 7, 31, 40, 3, 3,
+       conv2d_params{}.with_padding(1, 2, 2, 0).with_dilation(2, 2).with_groups(40)},
+      {"depthwise 24 channels, 29 wide, stride 2", 1, 24, 6, 29, 24, 3, 3,
+       pad(1, 1).with_stride(2, 2).with_groups(24)},
       {"many rows", 2, 8, 17, 17, 16, 3, 3, pad(1, 1)},
   };
 }
