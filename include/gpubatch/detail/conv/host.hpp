@@ -418,52 +418,64 @@ void pack_a(const fprop_gemm<TX, TW, TY>& g, index_t i0, index_t rows, index_t k
   }
 }
 
-/// Whether gemm_block reads an NHWC layer's input in place, one filter tap at a time: the
-/// input is of the compute type and a group has enough channels that a tap's reduction (its
-/// C/g channels) outweighs the micro-kernel's load and store of its accumulators.
-template <class Compute, class TX>
-bool taps_in_place(const conv::conv2d_geometry& geo) {
-  return std::is_same_v<TX, Compute> && geo.nhwc() && geo.cg() >= 16;
+/// Filter taps whose inputs lie next to each other in an NHWC input: a whole filter row when
+/// the layer has one group and no horizontal dilation (its S taps' C channels are S * C
+/// consecutive elements of x), else one tap (its C/g channels).
+inline index_t taps_per_line(const conv::conv2d_geometry& geo) {
+  return geo.groups == 1 && geo.dilation_w == 1 ? geo.s : 1;
 }
 
-/// gemm_block for taps_in_place layers. The reduction runs tap by tap (and in chunks of a tap's
-/// channels): for a strip of MR output pixels whose tap falls inside the input at pixels a
-/// fixed distance apart (adjacent output columns, say), the tap's rows of A are MR runs of x,
-/// which the micro-kernel reads where they lie; only other strips (at an edge of the input or
-/// of an output row) are gathered, zero-filled where the tap falls in the padding. im2col packing had copied
-/// every element of A into the micro-kernel's layout one at a time, which cost as much as the
-/// multiply-adds of a layer with 64 output channels. Sums accumulate in `sums` (row pitch ldc).
+/// Whether gemm_block reads an NHWC layer's input in place, a line of taps at a time: the
+/// input is of the compute type and a line is long enough (16 elements) that its reduction
+/// outweighs the micro-kernel's load and store of its accumulators.
+template <class Compute, class TX>
+bool taps_in_place(const conv::conv2d_geometry& geo) {
+  return std::is_same_v<TX, Compute> && geo.nhwc() && taps_per_line(geo) * geo.cg() >= 16;
+}
+
+/// gemm_block for taps_in_place layers. The reduction runs a line of taps at a time (see
+/// taps_per_line; in chunks of at most kc elements): for a strip of MR output pixels whose
+/// line falls inside the input at pixels a fixed distance apart (adjacent output columns, say),
+/// the line's rows of A are MR runs of x, which the micro-kernel reads where they lie; only
+/// other strips (at an edge of the input or of an output row) are gathered, zero-filled where a
+/// tap falls in the padding. im2col packing had copied every element of A into the
+/// micro-kernel's layout one at a time, which cost as much as the multiply-adds of a layer with
+/// 64 output channels. Sums accumulate in `sums` (row pitch ldc).
 template <class Compute, class TX, class TW, class TY>
 void taps_block(const fprop_gemm<TX, TW, TY>& g, const Compute* packed_b, index_t i0,
                 index_t rows, index_t cols, Compute* sums, index_t ldc) {
   constexpr int mr = host_gemm::tuning<Compute>::mr;
   constexpr int nr = host_gemm::tuning<Compute>::nr;
+  constexpr index_t max_rows = host_gemm::tuning<Compute>::mc;
   using cursor = typename fprop_gemm<TX, TW, TY>::row_cursor;
   const auto& geo = g.geo;
   const index_t cg = geo.cg(), gk = g.k();
-  const index_t kc = std::min(blocking::kc, cg);
+  const index_t taps = taps_per_line(geo);
+  const index_t line = taps * cg;  // reduction elements of a line
+  const index_t kc = std::min(blocking::kc, line);
   const index_t a_strips = ceil_div(rows, mr);
   const index_t b_strips = ceil_div(cols, nr);
-  cursor cur[host_gemm::tuning<Compute>::mc];
+  cursor cur[max_rows];
   for (index_t r = 0; r < a_strips * mr; ++r) cur[r] = r < rows ? g.row(i0 + r) : cursor{nullptr, 0, 0};
   // Per strip, where the micro-kernel reads this chunk's A: in place, or gathered into `gathered`.
-  const Compute* strip_a[host_gemm::tuning<Compute>::mc / mr];
-  index_t strip_row[host_gemm::tuning<Compute>::mc / mr];
+  const Compute* strip_a[max_rows / mr];
+  index_t strip_row[max_rows / mr];
   Compute* const gathered = host_gemm::scratch<Compute>(static_cast<std::size_t>(a_strips * mr * kc), 0);
   bool first = true;
-  for (index_t tap = 0; tap < geo.r * geo.s; ++tap) {
-    const index_t ir = tap / geo.s, is = tap % geo.s;
-    for (index_t c0 = 0; c0 < cg; c0 += kc, first = false) {
-      const index_t kcur = std::min(kc, cg - c0);
+  for (index_t tap0 = 0; tap0 < geo.r * geo.s; tap0 += taps) {
+    const index_t ir = tap0 / geo.s, is0 = tap0 % geo.s;
+    for (index_t c0 = 0; c0 < line; c0 += kc, first = false) {
+      const index_t kcur = std::min(kc, line - c0);
       for (index_t si = 0; si < a_strips; ++si) {
-        // Each row's run of x for this chunk, null where the tap falls outside the input.
+        // Each row's line of x (its first tap's pixel), null unless all of it is inside.
         const Compute* run[mr];
         bool in_place = true;
         for (int r = 0; r < mr; ++r) {
           const cursor& row = cur[si * mr + r];
           const index_t ih = row.ih0 + ir * geo.dilation_h;
-          const index_t iw = row.iw0 + is * geo.dilation_w;
-          const bool inside = row.base != nullptr && ih >= 0 && ih < geo.h && iw >= 0 && iw < geo.w;
+          const index_t iw = row.iw0 + is0 * geo.dilation_w;
+          const bool inside = row.base != nullptr && ih >= 0 && ih < geo.h && iw >= 0 &&
+                              iw + (taps - 1) * geo.dilation_w < geo.w;
           run[r] = inside ? reinterpret_cast<const Compute*>(row.base + (ih * geo.w + iw) * geo.c + c0)
                           : nullptr;
           // In place when the runs lie a fixed distance apart (adjacent output columns, and
@@ -480,15 +492,29 @@ void taps_block(const fprop_gemm<TX, TW, TY>& g, const Compute* packed_b, index_
           Compute* const dst = out + r * kcur;
           if (run[r] != nullptr) {
             std::memcpy(dst, run[r], static_cast<std::size_t>(kcur) * sizeof(Compute));
-          } else {
-            std::fill(dst, dst + kcur, Compute(0));
+            continue;
+          }
+          // Tap by tap: the part of the chunk each tap holds, zero where it falls outside.
+          const cursor& row = cur[si * mr + r];
+          const index_t ih = row.ih0 + ir * geo.dilation_h;
+          for (index_t e = c0; e < c0 + kcur;) {
+            const index_t t = e / cg, channel = e - t * cg;
+            const index_t count = std::min(cg - channel, c0 + kcur - e);
+            const index_t iw = row.iw0 + (is0 + t) * geo.dilation_w;
+            if (row.base != nullptr && ih >= 0 && ih < geo.h && iw >= 0 && iw < geo.w) {
+              std::memcpy(dst + (e - c0), row.base + (ih * geo.w + iw) * geo.c + channel,
+                          static_cast<std::size_t>(count) * sizeof(Compute));
+            } else {
+              std::fill(dst + (e - c0), dst + (e - c0) + count, Compute(0));
+            }
+            e += count;
           }
         }
         strip_a[si] = out;
         strip_row[si] = kcur;
       }
       for (index_t sj = 0; sj < b_strips; ++sj) {
-        const Compute* const b = packed_b + sj * nr * gk + (tap * cg + c0) * nr;
+        const Compute* const b = packed_b + sj * nr * gk + (tap0 * cg + c0) * nr;
         for (index_t si = 0; si < a_strips; ++si) {
           host_gemm::micro_kernel(kcur, host_gemm::strips<Compute>{strip_a[si], strip_row[si], 1, b, nr},
                                   sums + si * mr * ldc + sj * nr, ldc, /*accumulate=*/!first);
