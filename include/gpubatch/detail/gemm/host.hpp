@@ -232,16 +232,23 @@ void pack_b(matrix_ref<const TB> b, index_t k, index_t j0, index_t cols, Compute
     }
     return;
   }
+  // op(B) columns contiguous (or neither): walk each column, 64 reduction steps at a time, so
+  // that the part of the strip being written (64 x NR) stays in L1. Whole columns at once
+  // wrote a line of a strip larger than L1 per element read (a ResNet-50 3x3 x 512 layer's
+  // filters took 4 ms to pack).
+  constexpr index_t steps = 64;
   for (index_t s = 0; s < strips; ++s, out += k * nr) {
-    // op(B) columns contiguous (or neither): walk each column
     const index_t valid = std::min<index_t>(nr, cols - s * nr);
     const TB* const base = b.data + (j0 + s * nr) * b.stride.col;
-    for (index_t c = 0; c < nr; ++c) {
-      if (c < valid) {
-        const TB* const column = base + c * b.stride.col;
-        for (index_t p = 0; p < k; ++p) out[p * nr + c] = convert<Compute>(column[p * b.stride.row]);
-      } else {
-        for (index_t p = 0; p < k; ++p) out[p * nr + c] = Compute(0);
+    for (index_t p0 = 0; p0 < k; p0 += steps) {
+      const index_t p1 = std::min(k, p0 + steps);
+      for (index_t c = 0; c < nr; ++c) {
+        if (c < valid) {
+          const TB* const column = base + c * b.stride.col;
+          for (index_t p = p0; p < p1; ++p) out[p * nr + c] = convert<Compute>(column[p * b.stride.row]);
+        } else {
+          for (index_t p = p0; p < p1; ++p) out[p * nr + c] = Compute(0);
+        }
       }
     }
   }
