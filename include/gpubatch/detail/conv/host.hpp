@@ -92,7 +92,9 @@ index_t depthwise_nhwc_row(const fprop_batch<TX, TW, TY>& batch, const Compute* 
   constexpr int lanes = host_gemm::vector_bytes / static_cast<int>(sizeof(Compute));
   using vec = typename host_gemm::vector_of<Compute, host_gemm::vector_bytes>::type;
   constexpr bool plain = std::is_same_v<TY, Compute> && std::is_same_v<Epilogue, epilogue::identity>;
+  constexpr index_t max_filter_rows = 16;
   const auto& geo = batch.geo;
+  if (geo.r > max_filter_rows) return 0;  // the caller's loop does it all
   const index_t whole = geo.k / lanes * lanes;
   const vec alpha_v = host_gemm::splat<vec>(alpha);
   const vec beta_v = host_gemm::splat<vec>(beta);
@@ -102,30 +104,45 @@ index_t depthwise_nhwc_row(const fprop_batch<TX, TW, TY>& batch, const Compute* 
   const index_t span = 7 * geo.stride_w + (geo.s - 1) * geo.dilation_w + 1;
   // Output columns [oq0, oq0 + P): P accumulator chains per channel vector. Checked: some tap
   // of some column may fall outside the input row.
+  const index_t filter_w = geo.s, channels = geo.k, width_in = geo.w;
+  const index_t stride_w = geo.stride_w, dilation_w = geo.dilation_w;
+  // The input rows the output row reads (null in the padding), resolved once.
+  const Compute* rows[max_filter_rows];
+  index_t valid_rows = 0;
+  const Compute* row_taps[max_filter_rows];  // each row's filter taps
+  for (index_t ir = 0; ir < geo.r; ++ir) {
+    const index_t ih = op * geo.stride_h - geo.pad_h + ir * geo.dilation_h;
+    if (ih < 0 || ih >= geo.h) continue;
+    rows[valid_rows] = reinterpret_cast<const Compute*>(batch.x + geo.x_offset(sample, 0, ih, 0));
+    row_taps[valid_rows++] = set + ir * filter_w * channels;
+  }
   const auto columns = [&](auto width, auto checked, index_t oq0) {
     constexpr int P = decltype(width)::value;
-    const index_t iw0 = oq0 * geo.stride_w - geo.pad_w;  // column oq0's tap 0
+    const index_t iw0 = oq0 * stride_w - geo.pad_w;  // column oq0's tap 0
+    // The next block's inputs, prefetched while this one is computed: a layer streaming from
+    // memory (MobileNetV2's first depthwise layers) otherwise waits on every line it reads.
+    const bool prefetch = P == 8 && iw0 + P * stride_w >= 0 && iw0 + P * stride_w + span <= width_in;
     for (index_t ik = 0; ik < whole; ik += lanes) {
       vec acc[P] = {};
-      for (index_t ir = 0; ir < geo.r; ++ir) {
-        const index_t ih = op * geo.stride_h - geo.pad_h + ir * geo.dilation_h;
-        if (ih < 0 || ih >= geo.h) continue;
-        const Compute* const row = reinterpret_cast<const Compute*>(batch.x + geo.x_offset(sample, 0, ih, 0));
-        const Compute* const taps = set + ir * geo.s * geo.k + ik;
-        if (P == 8 && iw0 + P * geo.stride_w >= 0 && iw0 + P * geo.stride_w + span <= geo.w) {
-          // The next block's inputs for this channel vector: a layer streaming from memory
-          // (MobileNetV2's first depthwise layers) otherwise waits on every line it reads.
-          const Compute* const next = row + (iw0 + P * geo.stride_w) * geo.c + ik;
+      for (index_t v = 0; v < valid_rows; ++v) {
+        // Offsets from the row's start (the block's first tap may lie left of it: padding).
+        const index_t first = iw0 * geo.c + ik;
+        const Compute* const taps = row_taps[v] + ik;
+        if (prefetch) {
+          const Compute* const next = rows[v] + first + P * pixel_step;
           for (index_t t = 0; t < span; ++t) __builtin_prefetch(next + t * geo.c, 0, 3);
         }
-        for (index_t is = 0; is < geo.s; ++is) {
+        for (index_t is = 0; is < filter_w; ++is) {
           vec wv;
-          std::memcpy(&wv, taps + is * geo.k, sizeof(vec));
+          std::memcpy(&wv, taps + is * channels, sizeof(vec));
+          const index_t tap = first + is * tap_step;
           for (int j = 0; j < P; ++j) {
-            const index_t iw = iw0 + j * geo.stride_w + is * geo.dilation_w;
-            if (decltype(checked)::value && (iw < 0 || iw >= geo.w)) continue;
+            if constexpr (decltype(checked)::value) {
+              const index_t iw = iw0 + j * stride_w + is * dilation_w;
+              if (iw < 0 || iw >= width_in) continue;
+            }
             vec xv;
-            std::memcpy(&xv, row + iw0 * geo.c + ik + j * pixel_step + is * tap_step, sizeof(vec));
+            std::memcpy(&xv, rows[v] + tap + j * pixel_step, sizeof(vec));
             acc[j] += xv * wv;
           }
         }
