@@ -102,8 +102,6 @@ index_t depthwise_nhwc_row(const fprop_batch<TX, TW, TY>& batch, const Compute* 
   const index_t tap_step = geo.dilation_w * geo.c;   // between adjacent taps' inputs
   // Input pixels of a row that 8 output columns read.
   const index_t span = 7 * geo.stride_w + (geo.s - 1) * geo.dilation_w + 1;
-  // Output columns [oq0, oq0 + P): P accumulator chains per channel vector. Checked: some tap
-  // of some column may fall outside the input row.
   const index_t filter_w = geo.s, channels = geo.k, width_in = geo.w;
   const index_t stride_w = geo.stride_w, dilation_w = geo.dilation_w;
   // The input rows the output row reads (null in the padding), resolved once.
@@ -116,6 +114,8 @@ index_t depthwise_nhwc_row(const fprop_batch<TX, TW, TY>& batch, const Compute* 
     rows[valid_rows] = reinterpret_cast<const Compute*>(batch.x + geo.x_offset(sample, 0, ih, 0));
     row_taps[valid_rows++] = set + ir * filter_w * channels;
   }
+  // Output columns [oq0, oq0 + P): P accumulator chains per channel vector. Checked: some tap
+  // of some column may fall outside the input row.
   const auto columns = [&](auto width, auto checked, index_t oq0) {
     constexpr int P = decltype(width)::value;
     const index_t iw0 = oq0 * stride_w - geo.pad_w;  // column oq0's tap 0
@@ -583,19 +583,8 @@ void gemm_block(const fprop_gemm<TX, TW, TY>& g, const Compute* packed_b, index_
     TY* const out = &g.c(i0 + r, j0);
     const conv::conv_position pos = g.position(i0 + r, j0);
     const Compute* const acc = sums + r * ldc;
-    if (stride == 1) {
-      // NHWC: a pixel's channels are contiguous, and with beta tested once per row instead of
-      // per element the loops vectorise (the element loop was a third of a 1x1 layer's time).
-      if (beta == Compute(0)) {
-        for (index_t c = 0; c < cols; ++c) {
-          out[c] = convert<TY>(epilogue(alpha * acc[c], pos.batch, pos.row, pos.col + c));
-        }
-      } else {
-        for (index_t c = 0; c < cols; ++c) {
-          out[c] = convert<TY>(epilogue(alpha * acc[c] + beta * convert<Compute>(out[c]), pos.batch,
-                                        pos.row, pos.col + c));
-        }
-      }
+    if (stride == 1) {  // NHWC: a pixel's channels are contiguous
+      host_gemm::store_contiguous(out, cols, acc, alpha, beta, epilogue, pos.batch, pos.row, pos.col);
       continue;
     }
     for (index_t c = 0; c < cols; ++c) {

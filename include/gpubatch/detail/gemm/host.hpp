@@ -269,19 +269,13 @@ struct blocking {
   }
 };
 
-/// Stores `count` accumulators as C(row, col0 ...) through store_output's arithmetic. A row of C
-/// that is contiguous takes loops the compiler vectorises (beta tested once, not per element).
+/// Stores `count` accumulators to the consecutive outputs out[0 ...] through store_output's
+/// arithmetic, the epilogue seeing (batch, row, col0 + j): with beta tested once, not per
+/// element, the loops vectorise.
 template <class TC, class Compute, class Epilogue>
-inline void store_run(const matrix_ref<TC>& c, index_t row, index_t col0, index_t count,
-                      const Compute* acc, Compute alpha, Compute beta, const Epilogue& epilogue,
-                      index_t batch) {
-  if (c.stride.col != 1) {
-    for (index_t j = 0; j < count; ++j) {
-      store_output(c(row, col0 + j), acc[j], alpha, beta, epilogue, batch, row, col0 + j);
-    }
-    return;
-  }
-  TC* const out = &c(row, col0);
+inline void store_contiguous(TC* out, index_t count, const Compute* acc, Compute alpha,
+                             Compute beta, const Epilogue& epilogue, index_t batch, index_t row,
+                             index_t col0) {
   if (beta == Compute(0)) {
     for (index_t j = 0; j < count; ++j) {
       out[j] = convert<TC>(epilogue(alpha * acc[j], batch, row, col0 + j));
@@ -292,6 +286,21 @@ inline void store_run(const matrix_ref<TC>& c, index_t row, index_t col0, index_
                                     col0 + j));
     }
   }
+}
+
+/// Stores `count` accumulators as C(row, col0 ...) through store_output's arithmetic; a row of C
+/// that is contiguous goes through store_contiguous.
+template <class TC, class Compute, class Epilogue>
+inline void store_run(const matrix_ref<TC>& c, index_t row, index_t col0, index_t count,
+                      const Compute* acc, Compute alpha, Compute beta, const Epilogue& epilogue,
+                      index_t batch) {
+  if (c.stride.col != 1) {
+    for (index_t j = 0; j < count; ++j) {
+      store_output(c(row, col0 + j), acc[j], alpha, beta, epilogue, batch, row, col0 + j);
+    }
+    return;
+  }
+  store_contiguous(&c(row, col0), count, acc, alpha, beta, epilogue, batch, row, col0);
 }
 
 /// store_run for a compile-time count (a tiny problem's whole row): the loops unroll and, for a
@@ -657,7 +666,7 @@ __attribute__((noinline)) void square_run(const Batch& batch, index_t first, ind
   using vec = typename vector_of<Compute, vec_bytes>::type;
   using TC = typename batch_types<Batch>::c;
   constexpr bool vector_store = plain_store<Batch, Compute, Epilogue>;
-  // The next problem's cache lines, one of each operand every `spacing` reduction steps.
+  // The prefetched problem's cache lines, one of each operand every `spacing` reduction steps.
   constexpr int line_elements = 64 / static_cast<int>(sizeof(Compute));
   constexpr int lines_per_row = N > line_elements ? N / line_elements : 1;
   constexpr int lines = N * lines_per_row;  // per operand
