@@ -155,6 +155,9 @@ struct dgrad_gemm {
     return w + geo.w_offset(kl, j, ir, is);
   }
 
+  /// Distance between C(i, j) and C(i, j + 1): input channels are adjacent in NHWC.
+  GPUBATCH_HOST_DEVICE index_t c_col_stride() const { return geo.nhwc() ? 1 : geo.h * geo.w; }
+
   GPUBATCH_HOST_DEVICE TDX& c(index_t i, index_t j) const {
     const index_t local = plane.quotient(i);
     const index_t pixel = i - local * plane.divisor;
@@ -271,6 +274,9 @@ struct wgrad_gemm {
     }
     return x + geo.x_offset(first_sample + local, group * geo.cg() + ic, ih, iw);
   }
+
+  /// Distance between C(i, j) and C(i, j + 1): a filter's elements are adjacent.
+  GPUBATCH_HOST_DEVICE index_t c_col_stride() const { return 1; }
 
   GPUBATCH_HOST_DEVICE TDW& c(index_t i, index_t j) const { return dw[i * geo.gemm_k() + j]; }
 

@@ -302,7 +302,8 @@ in_place<Compute> b_in_place(const conv::wgrad_gemm<TX, TDY, TDW>& g) {
 }
 
 /// Output block [i0, i0 + rows) x [j0, j0 + cols) of one mapped implicit GEMM over reduction
-/// steps [k_begin, k_end), in passes of blocking::kc in order; store(r, c, sum) takes each sum.
+/// steps [k_begin, k_end), in passes of blocking::kc in order; store(r, sums) takes row r's
+/// `cols` sums.
 template <class Compute, class Mapping, class Store>
 void mapped_block(const Mapping& g, index_t i0, index_t rows, index_t j0, index_t cols,
                   index_t k_begin, index_t k_end, Store&& store) {
@@ -347,8 +348,24 @@ void mapped_block(const Mapping& g, index_t i0, index_t rows, index_t j0, index_
       }
     }
   }
-  for (index_t r = 0; r < rows; ++r) {
-    for (index_t c = 0; c < cols; ++c) store(r, c, sums[r * ldc + c]);
+  for (index_t r = 0; r < rows; ++r) store(r, sums + r * ldc);
+}
+
+/// Row `row` of a mapped GEMM's C from column j0 on: `count` sums through store_output's
+/// arithmetic, the row's address and epilogue coordinates resolved once (not per element).
+template <class Compute, class Mapping, class Epilogue>
+void store_mapped_row(const Mapping& g, index_t row, index_t j0, index_t count, const Compute* acc,
+                      Compute alpha, Compute beta, const Epilogue& epilogue) {
+  auto* const out = &g.c(row, j0);
+  const conv::conv_position pos = g.position(row, j0);
+  const index_t stride = g.c_col_stride();
+  if (stride == 1) {
+    host_gemm::store_contiguous(out, count, acc, alpha, beta, epilogue, pos.batch, pos.row,
+                                pos.col);
+    return;
+  }
+  for (index_t c = 0; c < count; ++c) {
+    store_output(out[c * stride], acc[c], alpha, beta, epilogue, pos.batch, pos.row, pos.col + c);
   }
 }
 
@@ -391,31 +408,32 @@ void run_mapped(host_exec exec, const Batch& batch, Compute alpha, Compute beta,
     const index_t i0 = (block % m_blocks) * mc, j0 = (block / m_blocks) * nc;
     const auto g = batch.problem(i);
     const index_t k_begin = z * chunk, k_end = std::min(gk, k_begin + chunk);
+    const index_t rows = std::min(mc, gm - i0), cols = std::min(nc, gn - j0);
     if (chunks > 1) {
       Compute* const out = partial.data() + (i * chunks + z) * gm * gn;
-      mapped_block<Compute>(g, i0, std::min(mc, gm - i0), j0, std::min(nc, gn - j0), k_begin,
-                            k_end, [&](index_t r, index_t c, Compute sum) {
-                              out[(i0 + r) * gn + j0 + c] = sum;
+      mapped_block<Compute>(g, i0, rows, j0, cols, k_begin, k_end,
+                            [&](index_t r, const Compute* sums) {
+                              std::copy(sums, sums + cols, out + (i0 + r) * gn + j0);
                             });
     } else {
-      mapped_block<Compute>(g, i0, std::min(mc, gm - i0), j0, std::min(nc, gn - j0), k_begin,
-                            k_end, [&](index_t r, index_t c, Compute sum) {
-                              const conv::conv_position pos = g.position(i0 + r, j0 + c);
-                              store_output(g.c(i0 + r, j0 + c), sum, alpha, beta, epilogue,
-                                           pos.batch, pos.row, pos.col);
+      mapped_block<Compute>(g, i0, rows, j0, cols, k_begin, k_end,
+                            [&](index_t r, const Compute* sums) {
+                              store_mapped_row(g, i0 + r, j0, cols, sums, alpha, beta, epilogue);
                             });
     }
   });
   if (chunks > 1) {
+    // The chunks' sums of a row, added in chunk order: the same order whatever the threads.
     host_parallel_for(exec, count * gm, schedule::uniform, [&](index_t task) {
       const index_t i = task / gm, row = task % gm;
-      const auto g = batch.problem(i);
-      for (index_t col = 0; col < gn; ++col) {
-        Compute sum = Compute(0);
-        for (index_t z = 0; z < chunks; ++z) sum += partial[((i * chunks + z) * gm + row) * gn + col];
-        const conv::conv_position pos = g.position(row, col);
-        store_output(g.c(row, col), sum, alpha, beta, epilogue, pos.batch, pos.row, pos.col);
+      Compute* const sum = host_gemm::scratch<Compute>(static_cast<std::size_t>(gn), 0);
+      const Compute* const first = partial.data() + (i * chunks * gm + row) * gn;
+      std::fill(sum, sum + gn, Compute(0));
+      for (index_t z = 0; z < chunks; ++z) {
+        const Compute* const part = first + z * gm * gn;
+        for (index_t col = 0; col < gn; ++col) sum[col] += part[col];
       }
+      store_mapped_row(batch.problem(i), row, 0, gn, sum, alpha, beta, epilogue);
     });
   }
 }
