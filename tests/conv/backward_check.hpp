@@ -296,6 +296,11 @@ inline std::vector<conv_case> backward_layers() {
        conv2d_params{}.with_padding(2, 1, 1, 2).with_stride(2, 2).with_groups(4)},
       {"depthwise 7x7", 2, 3, 9, 9, 3, 7, 7, pad(3, 3).with_groups(3)},
       {"1x1 bottleneck, 16 -> 24, groups 2", 2, 16, 5, 7, 24, 1, 1, conv2d_params{}.with_groups(2)},
+      {"3x3 stride 2, 24 -> 20", 2, 24, 9, 10, 20, 3, 3, pad(1, 1).with_stride(2, 2)},
+      {"depthwise 3x3, 35 channels, dilation 2", 2, 35, 10, 13, 35, 3, 3,
+       pad(2, 2).with_dilation(2, 2).with_groups(35)},
+      {"depthwise 5x5, stride 2, 20 channels", 1, 20, 11, 14, 20, 5, 5,
+       pad(2, 1).with_stride(2, 2).with_groups(20)},
   };
 }
 
