@@ -295,6 +295,177 @@ void pack_mapped_b(const conv::wgrad_gemm<TX, TDY, TDW>& g, index_t j0, index_t 
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Strided backward data, one stride phase at a time.
+
+/// The input pixels (h, w) with h = a (mod stride_h) and w = b (mod stride_w) of a strided
+/// layer: each tap either reaches all of them through whole output pixels or none, so dx of a
+/// phase is an implicit GEMM over that phase's taps alone. The plain dgrad GEMM runs every tap
+/// for every pixel and multiplies zeros for the taps between strides (3/4 of a 3x3 stride-2
+/// layer's products).
+struct dgrad_phase {
+  index_t a = 0, b = 0;       ///< residues of h and w
+  index_t rows = 0, cols = 0;  ///< input rows and columns in the phase
+  std::vector<index_t> taps;  ///< the taps r * S + s that reach it, in filter order
+};
+
+/// Every phase of a layer (stride_h * stride_w of them; one for stride 1).
+inline std::vector<dgrad_phase> dgrad_phases(const conv::conv2d_geometry& geo) {
+  const auto residue = [](index_t v, index_t m) { return ((v % m) + m) % m; };
+  std::vector<dgrad_phase> phases;
+  for (index_t a = 0; a < geo.stride_h; ++a) {
+    for (index_t b = 0; b < geo.stride_w; ++b) {
+      dgrad_phase ph;
+      ph.a = a;
+      ph.b = b;
+      ph.rows = a < geo.h ? ceil_div(geo.h - a, geo.stride_h) : 0;
+      ph.cols = b < geo.w ? ceil_div(geo.w - b, geo.stride_w) : 0;
+      for (index_t ir = 0; ir < geo.r; ++ir) {
+        for (index_t is = 0; is < geo.s; ++is) {
+          if (residue(a + geo.pad_h - ir * geo.dilation_h, geo.stride_h) == 0 &&
+              residue(b + geo.pad_w - is * geo.dilation_w, geo.stride_w) == 0) {
+            ph.taps.push_back(ir * geo.s + is);
+          }
+        }
+      }
+      phases.push_back(std::move(ph));
+    }
+  }
+  return phases;
+}
+
+/// One phase's dgrad for one group over samples [first_sample, first_sample + samples): rows
+/// are the phase's input pixels, the reduction runs tap-major over its taps (kk = t * K/g + kl),
+/// columns are the group's input channels.
+template <class TDY, class TW, class TDX>
+struct dgrad_phase_gemm {
+  conv::conv2d_geometry geo;
+  const TDY* dy;  ///< dy of sample 0 of the call
+  const TW* w;    ///< this group's filters
+  TDX* dx;        ///< dx of sample 0 of the call
+  index_t group, first_sample, samples;
+  const dgrad_phase* phase;
+
+  index_t m() const { return samples * phase->rows * phase->cols; }
+  index_t n() const { return geo.cg(); }
+  index_t k() const { return static_cast<index_t>(phase->taps.size()) * geo.kg(); }
+
+  /// Sample (within the call) and input position of row i.
+  void locate(index_t i, index_t& sample, index_t& ih, index_t& iw) const {
+    const index_t plane = phase->rows * phase->cols;
+    const index_t local = i / plane, rest = i - local * plane;
+    const index_t u = rest / phase->cols;
+    sample = first_sample + local;
+    ih = phase->a + u * geo.stride_h;
+    iw = phase->b + (rest - u * phase->cols) * geo.stride_w;
+  }
+  index_t c_col_stride() const { return geo.nhwc() ? 1 : geo.h * geo.w; }
+  TDX& c(index_t i, index_t j) const {
+    index_t sample, ih, iw;
+    locate(i, sample, ih, iw);
+    return dx[geo.x_offset(sample, group * geo.cg() + j, ih, iw)];
+  }
+  conv::conv_position position(index_t i, index_t j) const {
+    index_t sample, ih, iw;
+    locate(i, sample, ih, iw);
+    return {sample, ih * geo.w + iw, group * geo.cg() + j};
+  }
+};
+
+/// A phase's A: row r's dy pixel through each tap resolved once per tap, then a run of output
+/// channels copied (contiguous with NHWC, a plane apart with NCHW); zero where the tap lands
+/// beyond the output.
+template <class Compute, class TDY, class TW, class TDX>
+void pack_mapped_a(const dgrad_phase_gemm<TDY, TW, TDX>& g, index_t i0, index_t rows, index_t k0,
+                   index_t kc, Compute* out) {
+  constexpr int mr = host_gemm::tuning<Compute>::mr;
+  const conv::conv2d_geometry& geo = g.geo;
+  const index_t kg = geo.kg();
+  const index_t channel_stride = geo.nhwc() ? 1 : geo.pixels();
+  const index_t pixel_stride = geo.nhwc() ? geo.k : 1;
+  for (index_t s0 = 0; s0 < rows; s0 += mr, out += kc * mr) {
+    const TDY* base[mr];
+    index_t ph[mr], pw[mr];
+    for (int r = 0; r < mr; ++r) {
+      base[r] = nullptr;
+      if (s0 + r >= rows) continue;
+      index_t sample, ih, iw;
+      g.locate(i0 + s0 + r, sample, ih, iw);
+      base[r] = g.dy + geo.y_offset(sample, g.group * kg, 0);
+      ph[r] = ih + geo.pad_h;
+      pw[r] = iw + geo.pad_w;
+    }
+    index_t t = k0 / kg, kl = k0 - t * kg;
+    for (index_t kk = 0; kk < kc;) {
+      const index_t run = std::min(kg - kl, kc - kk);
+      const index_t tap = g.phase->taps[static_cast<std::size_t>(t)];
+      const index_t ir = tap / geo.s, is = tap - ir * geo.s;
+      for (int r = 0; r < mr; ++r) {
+        Compute* const dst = out + kk * mr + r;
+        const index_t pixel =
+            base[r] == nullptr ? -1 : geo.output_pixel_through(ph[r], pw[r], ir, is);
+        if (pixel < 0) {
+          for (index_t u = 0; u < run; ++u) dst[u * mr] = Compute(0);
+        } else {
+          const TDY* const src = base[r] + pixel * pixel_stride + kl * channel_stride;
+          for (index_t u = 0; u < run; ++u) dst[u * mr] = convert<Compute>(src[u * channel_stride]);
+        }
+      }
+      kk += run;
+      kl = 0;
+      ++t;
+    }
+  }
+}
+
+/// A phase's B: the group's filters at the phase's taps, a step's columns (input channels)
+/// contiguous with KRSC filters, R * S apart with KCRS.
+template <class Compute, class TDY, class TW, class TDX>
+void pack_mapped_b(const dgrad_phase_gemm<TDY, TW, TDX>& g, index_t j0, index_t cols, index_t k0,
+                   index_t kc, Compute* out) {
+  constexpr int nr = host_gemm::tuning<Compute>::nr;
+  const conv::conv2d_geometry& geo = g.geo;
+  const index_t kg = geo.kg();
+  for (index_t s0 = 0; s0 < cols; s0 += nr, out += kc * nr) {
+    const int valid = static_cast<int>(std::min<index_t>(nr, cols - s0));
+    index_t t = k0 / kg, kl = k0 - t * kg;
+    for (index_t kk = 0; kk < kc; ++kk) {
+      const index_t tap = g.phase->taps[static_cast<std::size_t>(t)];
+      const index_t ir = tap / geo.s, is = tap - ir * geo.s;
+      const TW* const src = g.w + geo.w_offset(kl, j0 + s0, ir, is);
+      const index_t step = geo.nhwc() ? 1 : geo.r * geo.s;
+      Compute* const dst = out + kk * nr;
+      for (int c = 0; c < valid; ++c) dst[c] = convert<Compute>(src[c * step]);
+      for (int c = valid; c < nr; ++c) dst[c] = Compute(0);
+      if (++kl == kg) {
+        kl = 0;
+        ++t;
+      }
+    }
+  }
+}
+
+/// One phase of a dgrad call as run_mapped's uniform batch: one GEMM per group over all
+/// samples (shared filters), or per (sample, group) with per-sample filters.
+template <class TDY, class TW, class TDX>
+struct dgrad_phase_batch {
+  const conv::dgrad_batch<TDY, TW, TDX>* call;
+  const dgrad_phase* phase;
+
+  index_t count() const { return call->count(); }
+  index_t gemm_m() const { return (call->per_sample ? 1 : call->geo.n) * phase->rows * phase->cols; }
+  index_t gemm_n() const { return call->geo.cg(); }
+  index_t gemm_k() const { return static_cast<index_t>(phase->taps.size()) * call->geo.kg(); }
+  dgrad_phase_gemm<TDY, TW, TDX> problem(index_t index) const {
+    const conv::conv2d_geometry& geo = call->geo;
+    const index_t group = index % geo.groups;
+    const index_t first = call->per_sample ? index / geo.groups : 0;
+    const TW* const set = call->per_sample ? call->w + first * geo.filter_set_size() : call->w;
+    return {geo,   call->dy, set + group * geo.kg() * geo.gemm_k(), call->dx, group, first,
+            call->per_sample ? 1 : geo.n, phase};
+  }
+};
+
 /// An operand the micro-kernel can read where it lies: A's element (row r, step p) at
 /// data[r * row + p * step], B's (step p, column c) at data[p * step + c]. Null: pack it.
 template <class T>
@@ -910,6 +1081,11 @@ void run_dgrad(host_exec exec, const conv::dgrad_batch<TDY, TW, TDX>& batch, Com
     depthwise_dgrad(exec, batch, alpha, beta, epilogue);
   } else if (geo.cg() <= 4) {  // fixed, not per ISA: the path never depends on build flags
     col2im_dgrad(exec, batch, alpha, beta, epilogue);
+  } else if (geo.stride_h > 1 || geo.stride_w > 1) {
+    const std::vector<dgrad_phase> phases = dgrad_phases(geo);
+    for (const dgrad_phase& phase : phases) {
+      run_mapped(exec, dgrad_phase_batch<TDY, TW, TDX>{&batch, &phase}, alpha, beta, epilogue);
+    }
   } else {
     run_mapped(exec, batch, alpha, beta, epilogue);
   }
