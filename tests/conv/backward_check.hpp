@@ -10,6 +10,8 @@
 #include <gpubatch/conv_backward.hpp>
 
 #include <cstring>
+#include <stdexcept>
+#include <string>
 
 namespace gpubatch::test {
 
@@ -297,11 +299,23 @@ inline std::vector<conv_case> backward_layers() {
       {"depthwise 7x7", 2, 3, 9, 9, 3, 7, 7, pad(3, 3).with_groups(3)},
       {"1x1 bottleneck, 16 -> 24, groups 2", 2, 16, 5, 7, 24, 1, 1, conv2d_params{}.with_groups(2)},
       {"3x3 stride 2, 24 -> 20", 2, 24, 9, 10, 20, 3, 3, pad(1, 1).with_stride(2, 2)},
+      {"asymmetric padding, dilation 2x1, groups 2, 12 -> 10", 2, 12, 9, 11, 10, 3, 3,
+       conv2d_params{}.with_padding(3, 1, 0, 2).with_dilation(2, 1).with_groups(2)},
+      {"padding beyond the taps' reach, 9 -> 7", 1, 9, 6, 7, 7, 2, 3,
+       conv2d_params{}.with_padding(0, 2, 1, 3)},
       {"depthwise 3x3, 35 channels, dilation 2", 2, 35, 10, 13, 35, 3, 3,
        pad(2, 2).with_dilation(2, 2).with_groups(35)},
       {"depthwise 5x5, stride 2, 20 channels", 1, 20, 11, 14, 20, 5, 5,
        pad(2, 1).with_stride(2, 2).with_groups(20)},
   };
+}
+
+/// The layer of backward_layers() with this name.
+inline conv_case backward_layer(const std::string& name) {
+  for (const conv_case& cc : backward_layers()) {
+    if (cc.name == name) return cc;
+  }
+  throw std::invalid_argument("no backward test layer named " + name);
 }
 
 /// A layer whose filter-gradient reduction (N * P * Q = 2312) spans two deterministic chunks.

@@ -59,9 +59,12 @@ std::unique_ptr<T[]> uninitialised(index_t count) {
 // ---------------------------------------------------------------------------------------------
 // Depthwise: every output channel reads one input channel (C / groups = 1).
 
-/// Filters as [set][r * S + s][k], so that a pixel's K outputs accumulate as one vector loop.
+/// Filters as [set][r * S + s][k], so that a pixel's K outputs accumulate as one vector loop;
+/// `rotated`: each filter turned 180 degrees (tap r * S + s takes tap R * S - 1 - (r * S + s)),
+/// as backward data run as a forward convolution reads them.
 template <class Compute, class TX, class TW, class TY>
-std::unique_ptr<Compute[]> pack_depthwise_filters(const fprop_batch<TX, TW, TY>& batch) {
+std::unique_ptr<Compute[]> pack_depthwise_filters(const fprop_batch<TX, TW, TY>& batch,
+                                                  bool rotated = false) {
   const auto& geo = batch.geo;
   const index_t sets = batch.per_sample ? geo.n : 1;
   const index_t window = geo.r * geo.s;
@@ -70,7 +73,8 @@ std::unique_ptr<Compute[]> pack_depthwise_filters(const fprop_batch<TX, TW, TY>&
     const TW* w = batch.filters_of(set);
     for (index_t ik = 0; ik < geo.k; ++ik) {
       for (index_t rs = 0; rs < window; ++rs) {
-        packed[(set * window + rs) * geo.k + ik] = convert<Compute>(w[ik * window + rs]);
+        packed[(set * window + rs) * geo.k + ik] =
+            convert<Compute>(w[ik * window + (rotated ? window - 1 - rs : rs)]);
       }
     }
   }
@@ -191,11 +195,12 @@ index_t depthwise_nhwc_row(const fprop_batch<TX, TW, TY>& batch, const Compute* 
 }
 #endif
 
+/// A depthwise layer, its filters as pack_depthwise_filters lays them out (`rotated` as there).
 template <class Compute, class TX, class TW, class TY, class Epilogue>
 void depthwise(host_exec exec, const fprop_batch<TX, TW, TY>& batch, Compute alpha, Compute beta,
-               const Epilogue& epilogue) {
+               const Epilogue& epilogue, bool rotated = false) {
   const auto& geo = batch.geo;
-  const auto packed = pack_depthwise_filters<Compute>(batch);
+  const auto packed = pack_depthwise_filters<Compute>(batch, rotated);
   const Compute* const filters = packed.get();
   const index_t window = geo.r * geo.s;
   const index_t multiplier = geo.kg();  // output channels per input channel
@@ -593,9 +598,11 @@ void gemm_block(const fprop_gemm<TX, TW, TY>& g, const Compute* packed_b, index_
   }
 }
 
-template <class Compute, class TX, class TW, class TY, class Epilogue>
+/// The implicit GEMMs of a batch; pack_strip(i, j0, cols, out) writes columns [j0, j0 + cols)
+/// of problem i's filter matrix (all gemm_k steps) as one NR-column strip, k-major.
+template <class Compute, class TX, class TW, class TY, class Epilogue, class PackStrip>
 void implicit_gemm(host_exec exec, const fprop_batch<TX, TW, TY>& batch, Compute alpha,
-                   Compute beta, const Epilogue& epilogue) {
+                   Compute beta, const Epilogue& epilogue, const PackStrip& pack_strip) {
   constexpr int nr = host_gemm::tuning<Compute>::nr;
   const index_t count = batch.count();
   const index_t gm = batch.gemm_m(), gn = batch.geo.kg(), gk = batch.geo.gemm_k();
@@ -607,10 +614,8 @@ void implicit_gemm(host_exec exec, const fprop_batch<TX, TW, TY>& batch, Compute
   const auto packed = uninitialised<Compute>(count * packed_size);
   host_parallel_for(exec, count * strips, schedule::uniform, [&](index_t task) {
     const index_t i = task / strips, strip = task % strips;
-    const auto g = batch.problem(i);
-    host_gemm::pack_b<Compute>(matrix_ref<const TW>{g.w, {1, gk}}, gk, strip * nr,
-                               std::min<index_t>(nr, gn - strip * nr),
-                               packed.get() + i * packed_size + strip * nr * gk);
+    pack_strip(i, strip * nr, std::min<index_t>(nr, gn - strip * nr),
+               packed.get() + i * packed_size + strip * nr * gk);
   });
   const index_t mc = std::min<index_t>(host_gemm::tuning<Compute>::mc, gm);
   const index_t nc = std::min<index_t>(blocking::nc, ceil_div(gn, nr) * nr);
@@ -623,6 +628,18 @@ void implicit_gemm(host_exec exec, const fprop_batch<TX, TW, TY>& batch, Compute
     gemm_block(batch.problem(i), packed.get() + i * packed_size + j0 * gk, i0,
                std::min(mc, gm - i0), j0, std::min(nc, gn - j0), alpha, beta, epilogue);
   });
+}
+
+/// The implicit GEMMs of a batch, its filters read as stored.
+template <class Compute, class TX, class TW, class TY, class Epilogue>
+void implicit_gemm(host_exec exec, const fprop_batch<TX, TW, TY>& batch, Compute alpha,
+                   Compute beta, const Epilogue& epilogue) {
+  const index_t gk = batch.geo.gemm_k();
+  implicit_gemm(exec, batch, alpha, beta, epilogue,
+                [&](index_t i, index_t j0, index_t cols, Compute* out) {
+                  host_gemm::pack_b<Compute>(matrix_ref<const TW>{batch.problem(i).w, {1, gk}},
+                                             gk, j0, cols, out);
+                });
 }
 
 /// One uniform convolution (shared or per-sample filters) on the best path for its shape.

@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
+#include <optional>
 #include <type_traits>
 #include <vector>
 
@@ -292,6 +293,58 @@ void pack_mapped_b(const conv::wgrad_gemm<TX, TDY, TDW>& g, index_t j0, index_t 
         }
       }
     }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Stride-1 backward data as a forward convolution.
+
+/// The forward convolution whose output is dx of a stride-1 layer: dy (K channels, P x Q)
+/// convolved with the filters transposed (input and output channels swapped within each group)
+/// and turned 180 degrees, each side padded by the taps' reach (dilation * (R - 1)) less the
+/// layer's own padding there. It runs on the forward paths, in-place taps and the depthwise
+/// row kernel included, where the dgrad GEMM gathers every tap of dy. Empty for strided
+/// layers, and where a side's padding exceeds the taps' reach.
+inline std::optional<conv::conv2d_geometry> dgrad_as_fprop(const conv::conv2d_geometry& geo) {
+  if (geo.stride_h != 1 || geo.stride_w != 1 || geo.p == 0 || geo.q == 0) {
+    return std::nullopt;
+  }
+  const index_t reach_h = geo.dilation_h * (geo.r - 1), reach_w = geo.dilation_w * (geo.s - 1);
+  // The layer's trailing padding, from P = H + top + bottom - reach (stride 1).
+  const index_t bottom = geo.p - geo.h - geo.pad_h + reach_h;
+  const index_t right = geo.q - geo.w - geo.pad_w + reach_w;
+  const conv2d_params params =
+      conv2d_params{}
+          .with_padding(reach_h - geo.pad_h, reach_h - bottom, reach_w - geo.pad_w, reach_w - right)
+          .with_dilation(geo.dilation_h, geo.dilation_w)
+          .with_groups(geo.groups);
+  if (params.pad_h_begin < 0 || params.pad_h_end < 0 || params.pad_w_begin < 0 ||
+      params.pad_w_end < 0) {
+    return std::nullopt;
+  }
+  const conv::conv2d_geometry forward =
+      conv::make_geometry(geo.n, geo.k, geo.p, geo.q, geo.c, geo.r, geo.s, params, geo.order);
+  if (forward.p != geo.h || forward.q != geo.w) {
+    return std::nullopt;
+  }
+  return forward;
+}
+
+/// Columns [j0, j0 + cols) (the layer's input channels) of one group's filter matrix in the
+/// forward geometry of dgrad_as_fprop, as one NR-column strip: its step kk (tap (r, s), channel
+/// kl = an output channel of the layer) reads the layer's filter kl at tap (R-1-r, S-1-s).
+template <class Compute, class TW>
+void pack_rotated_strip(const conv::conv2d_geometry& geo, const conv::conv2d_geometry& forward,
+                        const TW* group_filters, index_t j0, index_t cols, Compute* out) {
+  constexpr int nr = host_gemm::tuning<Compute>::nr;
+  const index_t step = geo.nhwc() ? 1 : geo.r * geo.s;  // between a tap's input channels
+  for (index_t kk = 0; kk < forward.gemm_k(); ++kk) {
+    index_t kl, ir, is;
+    forward.decode_filter_index(kk, kl, ir, is);
+    const TW* const src = group_filters + geo.w_offset(kl, j0, geo.r - 1 - ir, geo.s - 1 - is);
+    Compute* const dst = out + kk * nr;
+    for (index_t c = 0; c < cols; ++c) dst[c] = convert<Compute>(src[c * step]);
+    for (index_t c = cols; c < nr; ++c) dst[c] = Compute(0);
   }
 }
 
@@ -1072,14 +1125,28 @@ void col2im_dgrad(host_exec exec, const conv::dgrad_batch<TDY, TW, TDX>& batch, 
   });
 }
 
-/// Backward data on the best host path for the layer's shape.
+/// Backward data on the best host path for the layer's shape: stride-1 layers as a forward
+/// convolution (dgrad_as_fprop) where they are depthwise or have more than 4 input channels
+/// per group, 1 x 1 plain layers excepted (their dgrad GEMM reads both operands in place);
+/// few input channels per group through col2im; strided layers one stride phase at a time.
+/// Every choice depends on the shape alone, never on the instruction set.
 template <class Compute, class TDY, class TW, class TDX, class Epilogue>
 void run_dgrad(host_exec exec, const conv::dgrad_batch<TDY, TW, TDX>& batch, Compute alpha,
                Compute beta, const Epilogue& epilogue) {
   const conv::conv2d_geometry& geo = batch.geo;
-  if (geo.cg() == 1) {
+  const std::optional<conv::conv2d_geometry> forward = dgrad_as_fprop(geo);
+  if (forward && geo.cg() == 1 && geo.kg() == 1) {
+    const fprop_batch<TDY, TW, TDX> fb{*forward, batch.dy, batch.w, batch.dx, batch.per_sample};
+    depthwise(exec, fb, alpha, beta, epilogue, /*rotated=*/true);
+  } else if (geo.cg() == 1) {
     depthwise_dgrad(exec, batch, alpha, beta, epilogue);
-  } else if (geo.cg() <= 4) {  // fixed, not per ISA: the path never depends on build flags
+  } else if (forward && geo.cg() > 4 && !plain_matrices(geo)) {  // plain: read in place below
+    const fprop_batch<TDY, TW, TDX> fb{*forward, batch.dy, batch.w, batch.dx, batch.per_sample};
+    implicit_gemm(exec, fb, alpha, beta, epilogue,
+                  [&](index_t i, index_t j0, index_t cols, Compute* out) {
+                    pack_rotated_strip<Compute>(geo, *forward, fb.problem(i).w, j0, cols, out);
+                  });
+  } else if (geo.cg() <= 4) {
     col2im_dgrad(exec, batch, alpha, beta, epilogue);
   } else if (geo.stride_h > 1 || geo.stride_w > 1) {
     const std::vector<dgrad_phase> phases = dgrad_phases(geo);
