@@ -194,29 +194,43 @@ void pack_mapped_a(const conv::wgrad_gemm<TX, TDY, TDW>& g, index_t i0, index_t 
   }
 }
 
-/// NHWC wgrad's B: a strip's columns j = (r * S + s) * C/g + c fall into runs of consecutive
-/// channels of one tap, each run a contiguous piece of one x pixel, so a step costs one bounds
-/// test and one copy per run instead of per element.
+/// NHWC wgrad's B: a strip's columns j = (r * S + s) * C/g + c fall into runs that are
+/// contiguous pieces of x: consecutive channels of one tap, or, with one group and no
+/// horizontal dilation, of consecutive taps of one filter row (the stem's 3 channels x 7
+/// taps). A step costs one bounds test and one copy per run, not per element; a run that
+/// crosses the input's edge is copied tap by tap.
 template <class Compute, class TX, class TDY, class TDW>
 void pack_wgrad_b_nhwc(const conv::wgrad_gemm<TX, TDY, TDW>& g, index_t j0, index_t cols,
                        index_t k0, index_t kc, Compute* out) {
   constexpr int nr = host_gemm::tuning<Compute>::nr;
   const conv::conv2d_geometry& geo = g.geo;
   const index_t cg = geo.cg();
-  struct channel_run {
+  const bool rows_contiguous = geo.groups == 1 && geo.dilation_w == 1;
+  struct x_run {
     int first, count;
-    index_t row_off, col_off, channel;
+    index_t row_off, col_off;  ///< the first tap's offsets from the output pixel's origin
+    index_t channel;           ///< the first element's channel
+    index_t taps;              ///< taps the run spans
+  };
+  const auto copy = [](Compute* to, const TX* from, index_t count) {
+    if constexpr (std::is_same_v<TX, Compute>) {
+      std::memcpy(to, from, static_cast<std::size_t>(count) * sizeof(Compute));
+    } else {
+      for (index_t t = 0; t < count; ++t) to[t] = convert<Compute>(from[t]);
+    }
   };
   for (index_t s0 = 0; s0 < cols; s0 += nr, out += kc * nr) {
     const int valid = static_cast<int>(std::min<index_t>(nr, cols - s0));
-    channel_run runs[nr];
+    x_run runs[nr];
     int run_count = 0;
     for (int c = 0; c < valid;) {
       index_t ic, ir, is;
       geo.decode_filter_index(j0 + s0 + c, ic, ir, is);
-      const int count = static_cast<int>(std::min<index_t>(valid - c, cg - ic));
+      const index_t reach = rows_contiguous ? (geo.s - is) * cg - ic : cg - ic;
+      const int count = static_cast<int>(std::min<index_t>(valid - c, reach));
       runs[run_count++] = {c, count, ir * geo.dilation_h - geo.pad_h,
-                           is * geo.dilation_w - geo.pad_w, g.group * cg + ic};
+                           is * geo.dilation_w - geo.pad_w, g.group * cg + ic,
+                           ceil_div(ic + count, cg)};
       c += count;
     }
     index_t local = k0 / geo.pixels();
@@ -227,14 +241,27 @@ void pack_wgrad_b_nhwc(const conv::wgrad_gemm<TX, TDY, TDW>& g, index_t j0, inde
       const TX* const sample = g.x + geo.x_offset(g.first_sample + local, 0, 0, 0);
       const index_t h0 = op * geo.stride_h, w0 = oq * geo.stride_w;
       for (int u = 0; u < run_count; ++u) {
-        const channel_run& run = runs[u];
+        const x_run& run = runs[u];
         const index_t ih = h0 + run.row_off, iw = w0 + run.col_off;
         Compute* const to = dst + run.first;
-        if (ih >= 0 && ih < geo.h && iw >= 0 && iw < geo.w) {
-          const TX* const from = sample + (ih * geo.w + iw) * geo.c + run.channel;
-          for (int t = 0; t < run.count; ++t) to[t] = convert<Compute>(from[t]);
-        } else {
+        if (ih < 0 || ih >= geo.h) {
           std::fill(to, to + run.count, Compute(0));
+        } else if (iw >= 0 && iw + run.taps - 1 < geo.w) {
+          copy(to, sample + (ih * geo.w + iw) * geo.c + run.channel, run.count);
+        } else {
+          // Tap by tap (consecutive taps of a row here: the horizontal dilation is 1).
+          const index_t first_channel = run.channel - g.group * cg;
+          for (index_t e = 0; e < run.count;) {
+            const index_t t = (first_channel + e) / cg, channel = first_channel + e - t * cg;
+            const index_t piece = std::min<index_t>(cg - channel, run.count - e);
+            const index_t w = iw + t;
+            if (w >= 0 && w < geo.w) {
+              copy(to + e, sample + (ih * geo.w + w) * geo.c + g.group * cg + channel, piece);
+            } else {
+              std::fill(to + e, to + e + piece, Compute(0));
+            }
+            e += piece;
+          }
         }
       }
       std::fill(dst + valid, dst + nr, Compute(0));
@@ -562,12 +589,13 @@ in_place<Compute> b_in_place(const conv::dgrad_gemm<TDY, TW, TDX>& g) {
   return {};
 }
 
-/// wgrad of a plain layer: A is dy transposed (rows: output channels, steps: pixels K apart),
-/// B is x (steps: pixels, C apart).
+/// wgrad of an NHWC layer: A is dy transposed (rows: output channels, steps: the call's
+/// pixels, consecutive across samples, K apart), whatever the filter; with a plain layer B is x
+/// (steps: pixels, C apart).
 template <class Compute, class TX, class TDY, class TDW>
 in_place<Compute> a_in_place(const conv::wgrad_gemm<TX, TDY, TDW>& g) {
   if constexpr (std::is_same_v<TDY, Compute>) {
-    if (plain_matrices(g.geo)) {
+    if (g.geo.nhwc()) {
       return {g.dy + g.first_sample * g.geo.pixels() * g.geo.k + g.group * g.geo.kg(), 1, g.geo.k};
     }
   }
