@@ -136,7 +136,8 @@ void backward_data(Exec exec, const conv2d_params& params, scalar_t<TDY> alpha,
                            deterministic_bytes(batch.gemm_m(), batch.gemm_n(), batch.gemm_k(),
                                                batch.count(), sizeof(Compute)),
                            "conv2d_backward_data_workspace_size");
-  if (geo.n == 0 || geo.k == 0 || geo.c == 0) {
+  // No dx to write when x has no pixels, though padding may still give dy some (H = 0, P > 0).
+  if (geo.n == 0 || geo.k == 0 || geo.c == 0 || geo.h == 0 || geo.w == 0) {
     return;
   }
   check_epilogue(exec, epilogue, "epilogue");

@@ -307,6 +307,8 @@ inline std::vector<conv_case> backward_layers() {
        pad(2, 2).with_dilation(2, 2).with_groups(35)},
       {"depthwise 5x5, stride 2, 20 channels", 1, 20, 11, 14, 20, 5, 5,
        pad(2, 1).with_stride(2, 2).with_groups(20)},
+      {"depthwise 4x2, 17 channels", 2, 17, 8, 12, 17, 4, 2,
+       conv2d_params{}.with_padding(2, 1, 1, 0).with_groups(17)},
   };
 }
 
