@@ -194,6 +194,29 @@ void pack_mapped_a(const conv::wgrad_gemm<TX, TDY, TDW>& g, index_t i0, index_t 
   }
 }
 
+/// The filter gradient's reduction steps in order from step k0: step kk is output pixel
+/// (op, oq) of the call's sample `local`.
+struct output_pixel_walk {
+  const conv::conv2d_geometry& geo;
+  index_t local, op, oq;
+
+  output_pixel_walk(const conv::conv2d_geometry& g, index_t k0) : geo(g) {
+    local = k0 / g.pixels();
+    const index_t pixel = k0 - local * g.pixels();
+    op = pixel / g.q;
+    oq = pixel - op * g.q;
+  }
+  void next() {
+    if (++oq == geo.q) {
+      oq = 0;
+      if (++op == geo.p) {
+        op = 0;
+        ++local;
+      }
+    }
+  }
+};
+
 /// NHWC wgrad's B: a strip's columns j = (r * S + s) * C/g + c fall into runs that are
 /// contiguous pieces of x: consecutive channels of one tap, or, with one group and no
 /// horizontal dilation, of consecutive taps of one filter row (the stem's 3 channels x 7
@@ -233,13 +256,11 @@ void pack_wgrad_b_nhwc(const conv::wgrad_gemm<TX, TDY, TDW>& g, index_t j0, inde
                            ceil_div(ic + count, cg)};
       c += count;
     }
-    index_t local = k0 / geo.pixels();
-    index_t pixel = k0 - local * geo.pixels();
-    index_t op = pixel / geo.q, oq = pixel - op * geo.q;
-    for (index_t kk = 0; kk < kc; ++kk) {
+    output_pixel_walk at(geo, k0);
+    for (index_t kk = 0; kk < kc; ++kk, at.next()) {
       Compute* const dst = out + kk * nr;
-      const TX* const sample = g.x + geo.x_offset(g.first_sample + local, 0, 0, 0);
-      const index_t h0 = op * geo.stride_h, w0 = oq * geo.stride_w;
+      const TX* const sample = g.x + geo.x_offset(g.first_sample + at.local, 0, 0, 0);
+      const index_t h0 = at.op * geo.stride_h, w0 = at.oq * geo.stride_w;
       for (int u = 0; u < run_count; ++u) {
         const x_run& run = runs[u];
         const index_t ih = h0 + run.row_off, iw = w0 + run.col_off;
@@ -265,13 +286,6 @@ void pack_wgrad_b_nhwc(const conv::wgrad_gemm<TX, TDY, TDW>& g, index_t j0, inde
         }
       }
       std::fill(dst + valid, dst + nr, Compute(0));
-      if (++oq == geo.q) {
-        oq = 0;
-        if (++op == geo.p) {
-          op = 0;
-          ++local;
-        }
-      }
     }
   }
 }
@@ -300,24 +314,15 @@ void pack_mapped_b(const conv::wgrad_gemm<TX, TDY, TDW>& g, index_t j0, index_t 
       col_off[c] = is * geo.dilation_w - geo.pad_w;
       chan_off[c] = (g.group * geo.cg() + ic) * channel_stride;
     }
-    index_t local = k0 / geo.pixels();
-    index_t pixel = k0 - local * geo.pixels();
-    index_t op = pixel / geo.q, oq = pixel - op * geo.q;
-    for (index_t kk = 0; kk < kc; ++kk) {
+    output_pixel_walk at(geo, k0);
+    for (index_t kk = 0; kk < kc; ++kk, at.next()) {
       Compute* const dst = out + kk * nr;
-      const TX* const sample = g.x + geo.x_offset(g.first_sample + local, 0, 0, 0);
-      const index_t h0 = op * geo.stride_h, w0 = oq * geo.stride_w;
+      const TX* const sample = g.x + geo.x_offset(g.first_sample + at.local, 0, 0, 0);
+      const index_t h0 = at.op * geo.stride_h, w0 = at.oq * geo.stride_w;
       for (int c = 0; c < nr; ++c) {
         const index_t ih = h0 + row_off[c], iw = w0 + col_off[c];
         const bool inside = valid[c] && ih >= 0 && ih < geo.h && iw >= 0 && iw < geo.w;
         dst[c] = inside ? convert<Compute>(sample[chan_off[c] + ih * geo.w + iw]) : Compute(0);
-      }
-      if (++oq == geo.q) {
-        oq = 0;
-        if (++op == geo.p) {
-          op = 0;
-          ++local;
-        }
       }
     }
   }
