@@ -7,10 +7,12 @@
 #include <gpubatch/execution.hpp>
 #include <gpubatch/fill.hpp>
 #include <gpubatch/gemm.hpp>
+#include <gpubatch/multi_device.hpp>
 #include <gpubatch/transfer.hpp>
 
 #include "../support/catch.hpp"
 #include "../support/inputs.hpp"
+#include "../support/require_invalid.hpp"
 
 #include <cmath>
 #include <cstdlib>
@@ -144,4 +146,23 @@ TEST_CASE("the host code of a CUDA file runs the host backend on OpenMP threads"
 #else
   CHECK(gpubatch::detail::host_thread_count(gpubatch::host_exec{}) == 1);
 #endif
+}
+
+TEST_CASE("cuda_devices() is every visible device, or names 'devices' when there is none",
+          "[execution][multi_device]") {
+  const backend_reason reason = expected_reason();
+  if (reason == backend_reason::no_device || reason == backend_reason::no_driver ||
+      reason == backend_reason::driver_too_old) {
+    gpubatch::test::require_invalid("devices", [] { (void)gpubatch::cuda_devices(); });
+  } else {
+    int count = 0;
+    GPUBATCH_CUDA_TRY(cudaGetDeviceCount(&count));
+    const auto group = gpubatch::cuda_devices();
+    REQUIRE(group.size() == static_cast<std::size_t>(count));
+    for (std::size_t i = 0; i < group.size(); ++i) {
+      CHECK(group[i].index == i);
+      CHECK(group[i].device == static_cast<int>(i));
+      CHECK(group[i].weight >= 1.0);
+    }
+  }
 }
