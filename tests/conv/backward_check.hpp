@@ -309,6 +309,11 @@ inline std::vector<conv_case> backward_layers() {
        pad(2, 1).with_stride(2, 2).with_groups(20)},
       {"depthwise 4x2, 17 channels", 2, 17, 8, 12, 17, 4, 2,
        conv2d_params{}.with_padding(2, 1, 1, 0).with_groups(17)},
+      // 3x3 depthwise at stride 1 and 2 with whole blocks of 16 channels and a partial one:
+      // the host's register-window filter gradient and 7-column forward tiles (backward data)
+      {"depthwise 3x3, 33 channels, 10 wide", 2, 33, 6, 10, 33, 3, 3, pad(1, 1).with_groups(33)},
+      {"depthwise 3x3, stride 2, 32 channels, 15 wide", 1, 32, 7, 15, 32, 3, 3,
+       pad(1, 1).with_stride(2, 2).with_groups(32)},
   };
 }
 

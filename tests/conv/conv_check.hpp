@@ -421,6 +421,13 @@ inline std::vector<conv_case> odd_layers() {
        conv2d_params{}.with_padding(1, 2, 2, 0).with_dilation(2, 2).with_groups(40)},
       {"depthwise 24 channels, 29 wide, stride 2", 1, 24, 6, 29, 24, 3, 3,
        pad(1, 1).with_stride(2, 2).with_groups(24)},
+      // Depthwise NHWC rows in the host's 7-column tiles of 3, 5 and 7 taps: partial tiles,
+      // padding on both sides of one tile, an odd channel vector and a channel tail
+      {"depthwise 5x5, 33 channels, 23 wide", 1, 33, 4, 23, 33, 5, 5, pad(2, 2).with_groups(33)},
+      {"depthwise 7x7, 48 channels, stride 2, 19 wide", 1, 48, 5, 19, 48, 7, 7,
+       pad(3, 3).with_stride(2, 2).with_groups(48)},
+      {"depthwise 3x3, 32 channels, 4 wide, padding 0 left and 2 right", 2, 32, 3, 4, 32, 3, 3,
+       conv2d_params{}.with_padding(1, 1, 0, 2).with_groups(32)},
       {"many rows", 2, 8, 17, 17, 16, 3, 3, pad(1, 1)},
   };
 }

@@ -873,6 +873,56 @@ void depthwise_wgrad_run(const Compute* dy, index_t dy_step, const Compute* cons
   for (int t = 0; t < Taps; ++t) acc[t] = sums[t];
 }
 
+/// depthwise_wgrad_run for a 3 x 3 filter without horizontal dilation at horizontal stride
+/// Stride (1 or 2): a pixel's 9 inputs stay in registers for the next pixel's taps that read
+/// them (6 of 9 at stride 1, 3 at stride 2), so a pixel loads 3 or 6 inputs instead of 9 and
+/// the loop stops waiting on loads. The sums run in the same order as depthwise_wgrad_run's.
+/// from[r] is filter row r's first tap's input at the run's first pixel; inputs of adjacent
+/// taps are `c` apart.
+template <int Stride, class Compute>
+void depthwise_wgrad_run_3x3(const Compute* dy, index_t dy_step, const Compute* const* from,
+                             index_t c, index_t count, depthwise_wgrad_vec<Compute>* acc) {
+  using vec = depthwise_wgrad_vec<Compute>;
+  vec sums[9];
+  GPUBATCH_HOST_UNROLL(9)
+  for (int t = 0; t < 9; ++t) sums[t] = acc[t];
+  vec window[3][3];  // window[r][s]: tap (r, s)'s input at the current pixel
+  GPUBATCH_HOST_UNROLL(9)
+  for (int r = 0; r < 3; ++r) {
+    GPUBATCH_HOST_UNROLL(9)
+    for (int s = 0; s < 3; ++s) {
+      std::memcpy(&window[r][s], from[r] + s * c, sizeof(vec));
+      in_register(window[r][s]);
+    }
+  }
+  for (index_t i = 0; i < count; ++i, dy += dy_step) {
+    vec d;
+    std::memcpy(&d, dy, sizeof(vec));
+    GPUBATCH_HOST_UNROLL(9)
+    for (int r = 0; r < 3; ++r) {
+      GPUBATCH_HOST_UNROLL(9)
+      for (int s = 0; s < 3; ++s) sums[r * 3 + s] += d * window[r][s];
+    }
+    if (i + 1 == count) break;
+    // The next pixel's taps sit Stride inputs further: shift what overlaps, load the rest.
+    const index_t next = (i + 1) * Stride;
+    GPUBATCH_HOST_UNROLL(9)
+    for (int r = 0; r < 3; ++r) {
+      GPUBATCH_HOST_UNROLL(9)
+      for (int s = 0; s < 3; ++s) {
+        if (s + Stride < 3) {
+          window[r][s] = window[r][s + Stride];
+        } else {
+          std::memcpy(&window[r][s], from[r] + (next + s) * c, sizeof(vec));
+          in_register(window[r][s]);
+        }
+      }
+    }
+  }
+  GPUBATCH_HOST_UNROLL(9)
+  for (int t = 0; t < 9; ++t) acc[t] = sums[t];
+}
+
 /// dw of an NHWC depthwise layer with one filter per input channel, x and dy of the compute
 /// type: one task per (set, block of 16 channels), which walks the output pixels once per pass
 /// of up to 9 taps, reading each dy vector once for all of them with the taps' sums in
@@ -930,16 +980,25 @@ void depthwise_wgrad_nhwc(host_exec exec, const conv::wgrad_batch<Compute, Compu
                 from[t] = xs + ((h0 + row_off[t]) * geo.w + w0 + col_off[t]) * geo.c;
               }
               const index_t run = q_hi - q_lo, step = geo.stride_w * geo.c;
-              switch (taps) {
-                case 1: depthwise_wgrad_run<1>(d, geo.k, from, step, run, acc); break;
-                case 2: depthwise_wgrad_run<2>(d, geo.k, from, step, run, acc); break;
-                case 3: depthwise_wgrad_run<3>(d, geo.k, from, step, run, acc); break;
-                case 4: depthwise_wgrad_run<4>(d, geo.k, from, step, run, acc); break;
-                case 5: depthwise_wgrad_run<5>(d, geo.k, from, step, run, acc); break;
-                case 6: depthwise_wgrad_run<6>(d, geo.k, from, step, run, acc); break;
-                case 7: depthwise_wgrad_run<7>(d, geo.k, from, step, run, acc); break;
-                case 8: depthwise_wgrad_run<8>(d, geo.k, from, step, run, acc); break;
-                default: depthwise_wgrad_run<9>(d, geo.k, from, step, run, acc); break;
+              if (window == 9 && geo.s == 3 && geo.dilation_w == 1 && geo.stride_w <= 2) {
+                const Compute* const row_from[3] = {from[0], from[3], from[6]};
+                if (geo.stride_w == 1) {
+                  depthwise_wgrad_run_3x3<1>(d, geo.k, row_from, geo.c, run, acc);
+                } else {
+                  depthwise_wgrad_run_3x3<2>(d, geo.k, row_from, geo.c, run, acc);
+                }
+              } else {
+                switch (taps) {
+                  case 1: depthwise_wgrad_run<1>(d, geo.k, from, step, run, acc); break;
+                  case 2: depthwise_wgrad_run<2>(d, geo.k, from, step, run, acc); break;
+                  case 3: depthwise_wgrad_run<3>(d, geo.k, from, step, run, acc); break;
+                  case 4: depthwise_wgrad_run<4>(d, geo.k, from, step, run, acc); break;
+                  case 5: depthwise_wgrad_run<5>(d, geo.k, from, step, run, acc); break;
+                  case 6: depthwise_wgrad_run<6>(d, geo.k, from, step, run, acc); break;
+                  case 7: depthwise_wgrad_run<7>(d, geo.k, from, step, run, acc); break;
+                  case 8: depthwise_wgrad_run<8>(d, geo.k, from, step, run, acc); break;
+                  default: depthwise_wgrad_run<9>(d, geo.k, from, step, run, acc); break;
+                }
               }
               oq += run - 1;
               d += (run - 1) * geo.k;

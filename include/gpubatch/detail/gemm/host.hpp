@@ -6,6 +6,7 @@
 
 #include <gpubatch/detail/gemm/problem.hpp>
 #include <gpubatch/detail/host/parallel.hpp>
+#include <gpubatch/detail/host/unroll.hpp>
 #include <gpubatch/epilogue.hpp>
 #include <gpubatch/gemm_policy.hpp>
 
@@ -598,15 +599,6 @@ bool try_four_by_four(const Batch& batch, index_t first, index_t last, Compute a
 }
 #endif
 
-// Complete unrolling of square_run's loops: a GCC pragma, which nvcc's front end rejects (the
-// host pass of an nvcc translation unit then leaves the unrolling to the compiler).
-#if defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
-#define GPUBATCH_HOST_PRAGMA(x) _Pragma(#x)
-#define GPUBATCH_HOST_UNROLL(n) GPUBATCH_HOST_PRAGMA(GCC unroll n)
-#else
-#define GPUBATCH_HOST_UNROLL(n)
-#endif
-
 #if defined(__GNUC__)
 /// Whether the plain GEMM's stores serve: C of the compute type and no epilogue, so rows of C
 /// are stored as whole vectors; any other epilogue or output type sees every element.
@@ -827,8 +819,6 @@ bool try_square_run(const Batch& batch, index_t first, index_t last, Compute alp
   }
 }
 #endif
-#undef GPUBATCH_HOST_UNROLL
-#undef GPUBATCH_HOST_PRAGMA
 
 template <class Compute, class TA, class TB, class TC, class Epilogue>
 void tiny(const gemm_instance<TA, TB, TC>& p, Compute alpha, Compute beta,

@@ -1,0 +1,5 @@
+#include "../support/cuda_backend.hpp"
+#define CONV_TX double
+#define CONV_TY double
+#define CONV_TYPES "f64->f64"
+#include "conv.inc"
