@@ -873,47 +873,62 @@ void depthwise_wgrad_run(const Compute* dy, index_t dy_step, const Compute* cons
   for (int t = 0; t < Taps; ++t) acc[t] = sums[t];
 }
 
-/// depthwise_wgrad_run for a 3 x 3 filter without horizontal dilation at horizontal stride
-/// Stride (1 or 2): a pixel's 9 inputs stay in registers for the next pixel's taps that read
-/// them (6 of 9 at stride 1, 3 at stride 2), so a pixel loads 3 or 6 inputs instead of 9 and
-/// the loop stops waiting on loads. The sums run in the same order as depthwise_wgrad_run's.
-/// from[r] is filter row r's first tap's input at the run's first pixel; inputs of adjacent
-/// taps are `c` apart.
+/// A whole output row of depthwise_wgrad_nhwc for a 3 x 3 filter without horizontal dilation
+/// at horizontal stride Stride (1 or 2): a pixel's 9 inputs stay in registers for the next
+/// pixel's taps that read them (6 of 9 at stride 1, 3 at stride 2), so a pixel loads 3 or 6
+/// inputs instead of 9, and the inputs left or right of the row are read from a vector of zeros
+/// (a pointer select, no branch), so the edge columns need no separate path. rows[r]: filter
+/// row r's input row at column 0 (a row of zeros above or below the input); tap (r, s) of
+/// output column i reads column first + i * Stride + s, columns `c` apart. Each tap's sum runs
+/// over the columns in order.
 template <int Stride, class Compute>
-void depthwise_wgrad_run_3x3(const Compute* dy, index_t dy_step, const Compute* const* from,
-                             index_t c, index_t count, depthwise_wgrad_vec<Compute>* acc) {
+void depthwise_wgrad_row_3x3(const Compute* dy, index_t dy_step, const Compute* const* rows,
+                             const Compute* zeros, index_t c, index_t first, index_t width_in,
+                             index_t count, depthwise_wgrad_vec<Compute>* acc) {
   using vec = depthwise_wgrad_vec<Compute>;
+  const auto input = [&](int r, index_t column) {
+    return column >= 0 && column < width_in ? rows[r] + column * c : zeros;
+  };
   vec sums[9];
   GPUBATCH_HOST_UNROLL(9)
   for (int t = 0; t < 9; ++t) sums[t] = acc[t];
-  vec window[3][3];  // window[r][s]: tap (r, s)'s input at the current pixel
-  GPUBATCH_HOST_UNROLL(9)
+  vec window[3][3];  // window[r][s]: tap (r, s)'s input at the current column
+  GPUBATCH_HOST_UNROLL(3)
   for (int r = 0; r < 3; ++r) {
-    GPUBATCH_HOST_UNROLL(9)
+    GPUBATCH_HOST_UNROLL(3)
     for (int s = 0; s < 3; ++s) {
-      std::memcpy(&window[r][s], from[r] + s * c, sizeof(vec));
+      std::memcpy(&window[r][s], input(r, first + s), sizeof(vec));
       in_register(window[r][s]);
     }
   }
+  // Inputs and gradients `ahead` columns on are prefetched: a block's channels are one line of
+  // each pixel, lines a whole pixel apart, which the hardware prefetchers follow poorly.
+  constexpr index_t ahead = 8;
   for (index_t i = 0; i < count; ++i, dy += dy_step) {
     vec d;
     std::memcpy(&d, dy, sizeof(vec));
-    GPUBATCH_HOST_UNROLL(9)
+    if (i + ahead < count) {
+      __builtin_prefetch(dy + ahead * dy_step, 0, 3);
+      const index_t column = std::clamp<index_t>(first + (i + ahead) * Stride + 2, 0, width_in - 1);
+      GPUBATCH_HOST_UNROLL(3)
+      for (int r = 0; r < 3; ++r) __builtin_prefetch(rows[r] + column * c, 0, 3);
+    }
+    GPUBATCH_HOST_UNROLL(3)
     for (int r = 0; r < 3; ++r) {
-      GPUBATCH_HOST_UNROLL(9)
+      GPUBATCH_HOST_UNROLL(3)
       for (int s = 0; s < 3; ++s) sums[r * 3 + s] += d * window[r][s];
     }
     if (i + 1 == count) break;
-    // The next pixel's taps sit Stride inputs further: shift what overlaps, load the rest.
-    const index_t next = (i + 1) * Stride;
-    GPUBATCH_HOST_UNROLL(9)
+    // The next column's taps sit Stride inputs further: shift what overlaps, load the rest.
+    const index_t next = first + (i + 1) * Stride;
+    GPUBATCH_HOST_UNROLL(3)
     for (int r = 0; r < 3; ++r) {
-      GPUBATCH_HOST_UNROLL(9)
+      GPUBATCH_HOST_UNROLL(3)
       for (int s = 0; s < 3; ++s) {
         if (s + Stride < 3) {
           window[r][s] = window[r][s + Stride];
         } else {
-          std::memcpy(&window[r][s], from[r] + (next + s) * c, sizeof(vec));
+          std::memcpy(&window[r][s], input(r, next + s), sizeof(vec));
           in_register(window[r][s]);
         }
       }
@@ -927,9 +942,10 @@ void depthwise_wgrad_run_3x3(const Compute* dy, index_t dy_step, const Compute* 
 /// type: one task per (set, block of 16 channels), which walks the output pixels once per pass
 /// of up to 9 taps, reading each dy vector once for all of them with the taps' sums in
 /// registers. (The general loop ran one task per tap, re-reading dy and x for every tap, its
-/// sums in memory: MobileNetV2's layers took 6 to 10x oneDNN's time.) Columns where every tap
-/// lies inside the input run unchecked. Each (channel, tap) sum runs over samples, rows and
-/// columns in order.
+/// sums in memory: MobileNetV2's layers took 6 to 10x oneDNN's time.) Columns whose taps all
+/// lie inside the input's width run unchecked, a tap's row above or below the input read from
+/// a row of zeros (adding zero products where the edge columns skip the tap). Each (channel,
+/// tap) sum runs over samples, rows and columns in order.
 template <class Compute, class TDW>
 void depthwise_wgrad_nhwc(host_exec exec, const conv::wgrad_batch<Compute, Compute, TDW>& batch,
                           Compute alpha, Compute beta) {
@@ -944,6 +960,10 @@ void depthwise_wgrad_nhwc(host_exec exec, const conv::wgrad_batch<Compute, Compu
   host_parallel_for(exec, sets * blocks, schedule::dynamic, [&](index_t task) {
     const index_t set = task / blocks, k0 = (task % blocks) * lanes;
     const index_t width = std::min(lanes, geo.k - k0);
+    const Compute* const zeros = zero_row<Compute>(geo.w * geo.c);
+    // 3 x 3 filters at horizontal stride 1 or 2 without horizontal dilation: whole rows in
+    // depthwise_wgrad_row_3x3.
+    const bool whole_rows = window == 9 && geo.s == 3 && geo.dilation_w == 1 && geo.stride_w <= 2;
     for (index_t t0 = 0; t0 < window; t0 += taps_per_pass) {
       const index_t taps = std::min(taps_per_pass, window - t0);
       index_t row_off[taps_per_pass], col_off[taps_per_pass];
@@ -967,38 +987,45 @@ void depthwise_wgrad_nhwc(host_exec exec, const conv::wgrad_batch<Compute, Compu
         for (index_t op = 0; op < geo.p; ++op) {
           const Compute* d = batch.dy + geo.y_offset(sample, k0, op * geo.q);
           const index_t h0 = op * geo.stride_h;
-          bool rows_inside = true;
-          for (index_t t = 0; t < taps; ++t) {
-            const index_t ih = h0 + row_off[t];
-            rows_inside = rows_inside && ih >= 0 && ih < geo.h;
+          if (whole_rows && width == lanes) {
+            const Compute* rows[3];
+            for (int r = 0; r < 3; ++r) {
+              const index_t ih = h0 + row_off[3 * r];
+              rows[r] = ih >= 0 && ih < geo.h ? xs + ih * geo.w * geo.c : zeros + k0;
+            }
+            const auto row = [&](auto stride) {
+              depthwise_wgrad_row_3x3<decltype(stride)::value>(d, geo.k, rows, zeros, geo.c,
+                                                               -geo.pad_w, geo.w, geo.q, acc);
+            };
+            if (geo.stride_w == 1) {
+              row(std::integral_constant<int, 1>{});
+            } else {
+              row(std::integral_constant<int, 2>{});
+            }
+            continue;
           }
           for (index_t oq = 0; oq < geo.q; ++oq, d += geo.k) {
             const index_t w0 = oq * geo.stride_w;
-            if (width == lanes && rows_inside && oq == q_lo && q_hi > q_lo) {
+            if (width == lanes && oq == q_lo && q_hi > q_lo) {
+              // A tap's row above or below the input reads a row of zeros laid out as x's.
               const Compute* from[taps_per_pass];
               for (index_t t = 0; t < taps; ++t) {
-                from[t] = xs + ((h0 + row_off[t]) * geo.w + w0 + col_off[t]) * geo.c;
+                const index_t ih = h0 + row_off[t];
+                const Compute* const row =
+                    ih >= 0 && ih < geo.h ? xs + ih * geo.w * geo.c : zeros + k0;
+                from[t] = row + (w0 + col_off[t]) * geo.c;
               }
               const index_t run = q_hi - q_lo, step = geo.stride_w * geo.c;
-              if (window == 9 && geo.s == 3 && geo.dilation_w == 1 && geo.stride_w <= 2) {
-                const Compute* const row_from[3] = {from[0], from[3], from[6]};
-                if (geo.stride_w == 1) {
-                  depthwise_wgrad_run_3x3<1>(d, geo.k, row_from, geo.c, run, acc);
-                } else {
-                  depthwise_wgrad_run_3x3<2>(d, geo.k, row_from, geo.c, run, acc);
-                }
-              } else {
-                switch (taps) {
-                  case 1: depthwise_wgrad_run<1>(d, geo.k, from, step, run, acc); break;
-                  case 2: depthwise_wgrad_run<2>(d, geo.k, from, step, run, acc); break;
-                  case 3: depthwise_wgrad_run<3>(d, geo.k, from, step, run, acc); break;
-                  case 4: depthwise_wgrad_run<4>(d, geo.k, from, step, run, acc); break;
-                  case 5: depthwise_wgrad_run<5>(d, geo.k, from, step, run, acc); break;
-                  case 6: depthwise_wgrad_run<6>(d, geo.k, from, step, run, acc); break;
-                  case 7: depthwise_wgrad_run<7>(d, geo.k, from, step, run, acc); break;
-                  case 8: depthwise_wgrad_run<8>(d, geo.k, from, step, run, acc); break;
-                  default: depthwise_wgrad_run<9>(d, geo.k, from, step, run, acc); break;
-                }
+              switch (taps) {
+                case 1: depthwise_wgrad_run<1>(d, geo.k, from, step, run, acc); break;
+                case 2: depthwise_wgrad_run<2>(d, geo.k, from, step, run, acc); break;
+                case 3: depthwise_wgrad_run<3>(d, geo.k, from, step, run, acc); break;
+                case 4: depthwise_wgrad_run<4>(d, geo.k, from, step, run, acc); break;
+                case 5: depthwise_wgrad_run<5>(d, geo.k, from, step, run, acc); break;
+                case 6: depthwise_wgrad_run<6>(d, geo.k, from, step, run, acc); break;
+                case 7: depthwise_wgrad_run<7>(d, geo.k, from, step, run, acc); break;
+                case 8: depthwise_wgrad_run<8>(d, geo.k, from, step, run, acc); break;
+                default: depthwise_wgrad_run<9>(d, geo.k, from, step, run, acc); break;
               }
               oq += run - 1;
               d += (run - 1) * geo.k;
