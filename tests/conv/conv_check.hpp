@@ -428,6 +428,15 @@ inline std::vector<conv_case> odd_layers() {
        pad(3, 3).with_stride(2, 2).with_groups(48)},
       {"depthwise 3x3, 32 channels, 4 wide, padding 0 left and 2 right", 2, 32, 3, 4, 32, 3, 3,
        conv2d_params{}.with_padding(1, 1, 0, 2).with_groups(32)},
+      // NHWC batches whose samples fill the host's micro-tile strips (24: a multiple of 6 and
+      // 8), read sample-minor: taps in the padding skipped, lines of several filter rows,
+      // reduction chunks, one tap per line (groups), outputs that read only padding
+      {"24 samples, 3x3 over 5x7", 24, 16, 5, 7, 32, 3, 3, pad(1, 1)},
+      {"24 samples, 1x11 over 48 channels, stride 1x2, asymmetric padding", 24, 48, 2, 6, 40, 1, 11,
+       conv2d_params{}.with_padding(0, 0, 5, 4).with_stride(1, 2)},
+      {"24 samples, groups 2 of 16 channels, dilation 2", 24, 32, 6, 6, 32, 3, 3,
+       pad(2, 2).with_dilation(2, 2).with_groups(2)},
+      {"24 samples, 1x1 with padding", 24, 16, 3, 3, 32, 1, 1, pad(1, 1)},
       {"many rows", 2, 8, 17, 17, 16, 3, 3, pad(1, 1)},
   };
 }
