@@ -49,6 +49,9 @@ struct blocking {
   /// longer chunks pay off: 512 ran 2% to 5% faster than 256 on ResNet-50's 3x3 layers, and 128
   /// (a B strip chunk within L1) 3% to 17% slower.
   static constexpr index_t kc = 512;
+  /// Reduction chunk of the backward passes' mapped GEMMs, which pack both operands per chunk
+  /// (their speed was measured at 256; 512 was no faster).
+  static constexpr index_t packed_kc = 256;
   /// Output channels one task covers; its accumulators (mc x nc) are reused across chunks.
   static constexpr index_t nc = 256;
 };

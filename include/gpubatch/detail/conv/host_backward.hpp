@@ -617,7 +617,7 @@ in_place<Compute> b_in_place(const conv::wgrad_gemm<TX, TDY, TDW>& g) {
 }
 
 /// Output block [i0, i0 + rows) x [j0, j0 + cols) of one mapped implicit GEMM over reduction
-/// steps [k_begin, k_end), in passes of blocking::kc in order; store(r, sums) takes row r's
+/// steps [k_begin, k_end), in passes of blocking::packed_kc in order; store(r, sums) takes row r's
 /// `cols` sums.
 template <class Compute, class Mapping, class Store>
 void mapped_block(const Mapping& g, index_t i0, index_t rows, index_t j0, index_t cols,
@@ -625,7 +625,7 @@ void mapped_block(const Mapping& g, index_t i0, index_t rows, index_t j0, index_
   constexpr int mr = host_gemm::tuning<Compute>::mr;
   constexpr int nr = host_gemm::tuning<Compute>::nr;
   const index_t length = k_end - k_begin;
-  const index_t kc = std::max<index_t>(1, std::min(blocking::kc, length));
+  const index_t kc = std::max<index_t>(1, std::min(blocking::packed_kc, length));
   const index_t a_strips = ceil_div(rows, mr);
   const index_t b_strips = ceil_div(cols, nr);
   const index_t ldc = b_strips * nr;
@@ -938,14 +938,22 @@ void depthwise_wgrad_row_3x3(const Compute* dy, index_t dy_step, const Compute* 
   for (int t = 0; t < 9; ++t) acc[t] = sums[t];
 }
 
+/// Output rows per task of depthwise_wgrad_nhwc: fixed, so that the order of every sum depends on
+/// the layer alone, never on the thread count.
+inline constexpr index_t depthwise_wgrad_chunk_rows = 8;
+
 /// dw of an NHWC depthwise layer with one filter per input channel, x and dy of the compute
-/// type: one task per (set, block of 16 channels), which walks the output pixels once per pass
-/// of up to 9 taps, reading each dy vector once for all of them with the taps' sums in
-/// registers. (The general loop ran one task per tap, re-reading dy and x for every tap, its
-/// sums in memory: MobileNetV2's layers took 6 to 10x oneDNN's time.) Columns whose taps all
-/// lie inside the input's width run unchecked, a tap's row above or below the input read from
-/// a row of zeros (adding zero products where the edge columns skip the tap). Each (channel,
-/// tap) sum runs over samples, rows and columns in order.
+/// type. One task per (set, sample of the set, chunk of depthwise_wgrad_chunk_rows output
+/// rows) walks its rows once per block of 16 channels: the chunk's x and dy (a few hundred KiB)
+/// stay in L2 across the blocks, and memory is read once, whole lines at a time (one task per
+/// block over the whole batch read one line of every pixel, a pixel apart: 1.35x to 1.6x
+/// oneDNN's time). Per block, the pixels are walked once per pass of up to 9 taps, each dy
+/// vector read once for all of them, the taps' sums in registers (the general loop ran one task
+/// per tap, re-reading dy and x for every tap: MobileNetV2's layers took 6 to 10x oneDNN's
+/// time). Columns whose taps all lie inside the input's width run unchecked, a tap's row above
+/// or below the input read from a row of zeros (adding zero products where the edge columns
+/// skip the tap). Each task's (channel, tap) sums run over its rows and columns in order; the
+/// tasks' sums are then added in order of sample and chunk.
 template <class Compute, class TDW>
 void depthwise_wgrad_nhwc(host_exec exec, const conv::wgrad_batch<Compute, Compute, TDW>& batch,
                           Compute alpha, Compute beta) {
@@ -957,34 +965,42 @@ void depthwise_wgrad_nhwc(host_exec exec, const conv::wgrad_batch<Compute, Compu
   const index_t sets = batch.per_sample ? batch.samples : 1;
   const index_t per_set = batch.per_sample ? 1 : batch.samples;
   const index_t blocks = ceil_div(geo.k, lanes);
-  host_parallel_for(exec, sets * blocks, schedule::dynamic, [&](index_t task) {
-    const index_t set = task / blocks, k0 = (task % blocks) * lanes;
-    const index_t width = std::min(lanes, geo.k - k0);
+  const index_t row_chunks = ceil_div(geo.p, depthwise_wgrad_chunk_rows);
+  const index_t chunks = per_set * row_chunks;  // tasks per set
+  const index_t set_size = geo.k * window;      // one task's sums, tap by tap
+  const auto partial = uninitialised<Compute>(sets * chunks * set_size);
+  // 3 x 3 filters at horizontal stride 1 or 2 without horizontal dilation: whole rows in
+  // depthwise_wgrad_row_3x3.
+  const bool whole_rows = window == 9 && geo.s == 3 && geo.dilation_w == 1 && geo.stride_w <= 2;
+  host_parallel_for(exec, sets * chunks, schedule::dynamic, [&](index_t task) {
+    const index_t set = task / chunks, chunk = task % chunks;
+    const index_t sample = batch.first_sample + set * per_set + chunk / row_chunks;
+    const index_t op_begin = (chunk % row_chunks) * depthwise_wgrad_chunk_rows;
+    const index_t op_end = std::min(geo.p, op_begin + depthwise_wgrad_chunk_rows);
+    Compute* const out = partial.get() + task * set_size;
     const Compute* const zeros = zero_row<Compute>(geo.w * geo.c);
-    // 3 x 3 filters at horizontal stride 1 or 2 without horizontal dilation: whole rows in
-    // depthwise_wgrad_row_3x3.
-    const bool whole_rows = window == 9 && geo.s == 3 && geo.dilation_w == 1 && geo.stride_w <= 2;
-    for (index_t t0 = 0; t0 < window; t0 += taps_per_pass) {
-      const index_t taps = std::min(taps_per_pass, window - t0);
-      index_t row_off[taps_per_pass], col_off[taps_per_pass];
-      // Output columns [q_lo, q_hi) see every tap of the pass inside the input's width.
-      index_t q_lo = 0, q_hi = geo.q;
-      for (index_t t = 0; t < taps; ++t) {
-        const index_t ir = (t0 + t) / geo.s, is = (t0 + t) % geo.s;
-        row_off[t] = ir * geo.dilation_h - geo.pad_h;
-        col_off[t] = is * geo.dilation_w - geo.pad_w;
-        q_lo = std::max(q_lo, col_off[t] >= 0 ? 0 : ceil_div(-col_off[t], geo.stride_w));
-        q_hi = std::min(q_hi, geo.w - 1 - col_off[t] < 0
-                                  ? index_t(0)
-                                  : (geo.w - 1 - col_off[t]) / geo.stride_w + 1);
-      }
-      q_hi = std::max(q_hi, q_lo);
-      vec acc[taps_per_pass] = {};
-      Compute tail[taps_per_pass][lanes] = {};  // a partial last block's sums
-      for (index_t local = set * per_set; local < (set + 1) * per_set; ++local) {
-        const index_t sample = batch.first_sample + local;
-        const Compute* const xs = batch.x + geo.x_offset(sample, 0, 0, 0) + k0;
-        for (index_t op = 0; op < geo.p; ++op) {
+    for (index_t block = 0; block < blocks; ++block) {
+      const index_t k0 = block * lanes;
+      const index_t width = std::min(lanes, geo.k - k0);
+      const Compute* const xs = batch.x + geo.x_offset(sample, 0, 0, 0) + k0;
+      for (index_t t0 = 0; t0 < window; t0 += taps_per_pass) {
+        const index_t taps = std::min(taps_per_pass, window - t0);
+        index_t row_off[taps_per_pass], col_off[taps_per_pass];
+        // Output columns [q_lo, q_hi) see every tap of the pass inside the input's width.
+        index_t q_lo = 0, q_hi = geo.q;
+        for (index_t t = 0; t < taps; ++t) {
+          const index_t ir = (t0 + t) / geo.s, is = (t0 + t) % geo.s;
+          row_off[t] = ir * geo.dilation_h - geo.pad_h;
+          col_off[t] = is * geo.dilation_w - geo.pad_w;
+          q_lo = std::max(q_lo, col_off[t] >= 0 ? 0 : ceil_div(-col_off[t], geo.stride_w));
+          q_hi = std::min(q_hi, geo.w - 1 - col_off[t] < 0
+                                    ? index_t(0)
+                                    : (geo.w - 1 - col_off[t]) / geo.stride_w + 1);
+        }
+        q_hi = std::max(q_hi, q_lo);
+        vec acc[taps_per_pass] = {};
+        Compute tail[taps_per_pass][lanes] = {};  // a partial last block's sums
+        for (index_t op = op_begin; op < op_end; ++op) {
           const Compute* d = batch.dy + geo.y_offset(sample, k0, op * geo.q);
           const index_t h0 = op * geo.stride_h;
           if (whole_rows && width == lanes) {
@@ -1046,15 +1062,26 @@ void depthwise_wgrad_nhwc(host_exec exec, const conv::wgrad_batch<Compute, Compu
             }
           }
         }
-      }
-      for (index_t t = 0; t < taps; ++t) {
-        for (index_t c = 0; c < width; ++c) {
-          store_output(batch.dw[set * geo.filter_set_size() + (k0 + c) * window + t0 + t],
-                       width == lanes ? acc[t][c] : tail[t][c], alpha, beta,
-                       epilogue::identity{}, batch.per_sample ? batch.first_sample + set : 0,
-                       k0 + c, t0 + t);
+        for (index_t t = 0; t < taps; ++t) {
+          Compute* const sums = out + (t0 + t) * geo.k + k0;
+          if (width == lanes) {
+            std::memcpy(sums, &acc[t], sizeof(vec));
+          } else {
+            std::copy(tail[t], tail[t] + width, sums);
+          }
         }
       }
+    }
+  });
+  // The tasks' sums, added in order.
+  host_parallel_for(exec, sets * geo.k, schedule::uniform, [&](index_t item) {
+    const index_t set = item / geo.k, k = item % geo.k;
+    const Compute* const first = partial.get() + set * chunks * set_size + k;
+    for (index_t rs = 0; rs < window; ++rs) {
+      Compute sum = first[rs * geo.k];
+      for (index_t chunk = 1; chunk < chunks; ++chunk) sum += first[chunk * set_size + rs * geo.k];
+      store_output(batch.dw[set * geo.filter_set_size() + k * window + rs], sum, alpha, beta,
+                   epilogue::identity{}, batch.per_sample ? batch.first_sample + set : 0, k, rs);
     }
   });
 }
