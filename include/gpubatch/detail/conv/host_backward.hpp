@@ -965,22 +965,81 @@ inline void depthwise_wgrad_pixel_3x3(const Compute* dy, const Compute* const* f
   }
 }
 
-/// Output rows per task of depthwise_wgrad_nhwc: fixed, so that the order of every sum depends on
-/// the layer alone, never on the thread count.
+/// Output rows per task of depthwise_wgrad_pixels_3x3: fixed, so that the order of every sum
+/// depends on the layer alone, never on the thread count.
 inline constexpr index_t depthwise_wgrad_chunk_rows = 8;
 
+/// dw of an NHWC 3 x 3 depthwise layer over up to 256 channels (one filter per input channel, x
+/// and dy of the compute type): one task per (set, sample of the set, chunk of
+/// depthwise_wgrad_chunk_rows output rows) walks its chunk pixel by pixel, each pixel's 9 taps
+/// for all of its channels at once (depthwise_wgrad_pixel_3x3), the sums in L1. Memory is read
+/// whole lines in order; a task per block of 16 channels over the batch (depthwise_wgrad_nhwc)
+/// reads one line of every pixel, a pixel apart, and took 1.7x to 1.9x this time on
+/// MobileNetV2's 56 x 56 x 144 layer (but 0.8x to 0.9x on 14 x 14 x 576, hence the bound on
+/// the channels). Each task's sums run over its rows and columns in order, zero products
+/// added where a tap falls in the padding; the tasks' sums are then added in order of sample
+/// and chunk.
+template <class Compute, class TDW>
+void depthwise_wgrad_pixels_3x3(host_exec exec, const conv::wgrad_batch<Compute, Compute, TDW>& batch,
+                                Compute alpha, Compute beta) {
+  constexpr index_t lanes = depthwise_wgrad_lanes;
+  const conv::conv2d_geometry& geo = batch.geo;
+  const index_t sets = batch.per_sample ? batch.samples : 1;
+  const index_t per_set = batch.per_sample ? 1 : batch.samples;
+  const index_t row_chunks = ceil_div(geo.p, depthwise_wgrad_chunk_rows);
+  const index_t chunks = per_set * row_chunks;  // tasks per set
+  // One task's sums, tap by tap, taps `pitch` apart: a vector more than the channels, so that
+  // tap rows and input pixels (both K channels apart) do not keep the same 4 KiB offsets.
+  const index_t pitch = geo.k + lanes;
+  const index_t set_size = pitch * 9;
+  const auto partial = uninitialised<Compute>(sets * chunks * set_size);
+  host_parallel_for(exec, sets * chunks, schedule::dynamic, [&](index_t task) {
+    const index_t set = task / chunks, chunk = task % chunks;
+    const index_t sample = batch.first_sample + set * per_set + chunk / row_chunks;
+    const index_t op_begin = (chunk % row_chunks) * depthwise_wgrad_chunk_rows;
+    const index_t op_end = std::min(geo.p, op_begin + depthwise_wgrad_chunk_rows);
+    Compute* const out = partial.get() + task * set_size;
+    const Compute* const zeros = zero_row<Compute>(geo.w * geo.c);
+    std::fill(out, out + set_size, Compute(0));
+    for (index_t op = op_begin; op < op_end; ++op) {
+      const Compute* rows[3];
+      for (int r = 0; r < 3; ++r) {
+        const index_t ih = op * geo.stride_h - geo.pad_h + r * geo.dilation_h;
+        rows[r] = ih >= 0 && ih < geo.h ? batch.x + geo.x_offset(sample, 0, ih, 0) : nullptr;
+      }
+      const Compute* d = batch.dy + geo.y_offset(sample, 0, op * geo.q);
+      for (index_t oq = 0; oq < geo.q; ++oq, d += geo.k) {
+        const Compute* from[9];
+        for (int t = 0; t < 9; ++t) {
+          const index_t iw = oq * geo.stride_w - geo.pad_w + (t % 3) * geo.dilation_w;
+          from[t] = rows[t / 3] != nullptr && iw >= 0 && iw < geo.w ? rows[t / 3] + iw * geo.c
+                                                                    : zeros;
+        }
+        depthwise_wgrad_pixel_3x3(d, from, geo.k, out, pitch);
+      }
+    }
+  });
+  // The tasks' sums, added in order.
+  host_parallel_for(exec, sets * geo.k, schedule::uniform, [&](index_t item) {
+    const index_t set = item / geo.k, k = item % geo.k;
+    const Compute* const first = partial.get() + set * chunks * set_size + k;
+    for (index_t rs = 0; rs < 9; ++rs) {
+      Compute sum = first[rs * pitch];
+      for (index_t chunk = 1; chunk < chunks; ++chunk) sum += first[chunk * set_size + rs * pitch];
+      store_output(batch.dw[set * geo.filter_set_size() + k * 9 + rs], sum, alpha, beta,
+                   epilogue::identity{}, batch.per_sample ? batch.first_sample + set : 0, k, rs);
+    }
+  });
+}
+
 /// dw of an NHWC depthwise layer with one filter per input channel, x and dy of the compute
-/// type. One task per (set, sample of the set, chunk of depthwise_wgrad_chunk_rows output
-/// rows) walks its rows once per block of 16 channels: the chunk's x and dy (a few hundred KiB)
-/// stay in L2 across the blocks, and memory is read once, whole lines at a time (one task per
-/// block over the whole batch read one line of every pixel, a pixel apart: 1.35x to 1.6x
-/// oneDNN's time). Per block, the pixels are walked once per pass of up to 9 taps, each dy
-/// vector read once for all of them, the taps' sums in registers (the general loop ran one task
-/// per tap, re-reading dy and x for every tap: MobileNetV2's layers took 6 to 10x oneDNN's
-/// time). Columns whose taps all lie inside the input's width run unchecked, a tap's row above
-/// or below the input read from a row of zeros (adding zero products where the edge columns
-/// skip the tap). Each task's (channel, tap) sums run over its rows and columns in order; the
-/// tasks' sums are then added in order of sample and chunk.
+/// type: one task per (set, block of 16 channels), which walks the output pixels once per pass
+/// of up to 9 taps, reading each dy vector once for all of them with the taps' sums in
+/// registers. (The general loop ran one task per tap, re-reading dy and x for every tap, its
+/// sums in memory: MobileNetV2's layers took 6 to 10x oneDNN's time.) Columns whose taps all
+/// lie inside the input's width run unchecked, a tap's row above or below the input read from
+/// a row of zeros (adding zero products where the edge columns skip the tap). Each (channel,
+/// tap) sum runs over samples, rows and columns in order.
 template <class Compute, class TDW>
 void depthwise_wgrad_nhwc(host_exec exec, const conv::wgrad_batch<Compute, Compute, TDW>& batch,
                           Compute alpha, Compute beta) {
@@ -989,73 +1048,41 @@ void depthwise_wgrad_nhwc(host_exec exec, const conv::wgrad_batch<Compute, Compu
   constexpr index_t taps_per_pass = 9;
   const conv::conv2d_geometry& geo = batch.geo;
   const index_t window = geo.r * geo.s;
+  if (window == 9 && geo.k <= 256) {
+    depthwise_wgrad_pixels_3x3(exec, batch, alpha, beta);
+    return;
+  }
   const index_t sets = batch.per_sample ? batch.samples : 1;
   const index_t per_set = batch.per_sample ? 1 : batch.samples;
   const index_t blocks = ceil_div(geo.k, lanes);
-  const index_t row_chunks = ceil_div(geo.p, depthwise_wgrad_chunk_rows);
-  const index_t chunks = per_set * row_chunks;  // tasks per set
-  // One task's sums, tap by tap, taps `pitch` apart: a vector more than the channels, so that
-  // tap rows and input pixels (both K channels apart) do not keep the same 4 KiB offsets.
-  const index_t pitch = geo.k + lanes;
-  const index_t set_size = pitch * window;
-  const auto partial = uninitialised<Compute>(sets * chunks * set_size);
-  // 3 x 3 filters at horizontal stride 1 or 2 without horizontal dilation: whole rows in
-  // depthwise_wgrad_row_3x3.
-  const bool whole_rows = window == 9 && geo.s == 3 && geo.dilation_w == 1 && geo.stride_w <= 2;
-  host_parallel_for(exec, sets * chunks, schedule::dynamic, [&](index_t task) {
-    const index_t set = task / chunks, chunk = task % chunks;
-    const index_t sample = batch.first_sample + set * per_set + chunk / row_chunks;
-    const index_t op_begin = (chunk % row_chunks) * depthwise_wgrad_chunk_rows;
-    const index_t op_end = std::min(geo.p, op_begin + depthwise_wgrad_chunk_rows);
-    Compute* const out = partial.get() + task * set_size;
+  host_parallel_for(exec, sets * blocks, schedule::dynamic, [&](index_t task) {
+    const index_t set = task / blocks, k0 = (task % blocks) * lanes;
+    const index_t width = std::min(lanes, geo.k - k0);
     const Compute* const zeros = zero_row<Compute>(geo.w * geo.c);
-    if (window == 9 && geo.k <= 256) {
-      // 3 x 3 over up to 256 channels: pixel by pixel, a pixel's 9 taps for all its channels
-      // (walking each block of 16 channels over the rows reads one line of every pixel, a pixel
-      // apart: 56 x 56 x 144 took 1.4x to 1.5x this path's time). Measured slower on
-      // 14 x 14 x 576 (1.4x to 1.6x the blocks' time), hence the bound.
-      std::fill(out, out + set_size, Compute(0));
-      for (index_t op = op_begin; op < op_end; ++op) {
-        const Compute* rows[3];
-        for (int r = 0; r < 3; ++r) {
-          const index_t ih = op * geo.stride_h - geo.pad_h + r * geo.dilation_h;
-          rows[r] = ih >= 0 && ih < geo.h ? batch.x + geo.x_offset(sample, 0, ih, 0) : nullptr;
-        }
-        const Compute* d = batch.dy + geo.y_offset(sample, 0, op * geo.q);
-        for (index_t oq = 0; oq < geo.q; ++oq, d += geo.k) {
-          const Compute* from[9];
-          for (int t = 0; t < 9; ++t) {
-            const index_t iw = oq * geo.stride_w - geo.pad_w + (t % 3) * geo.dilation_w;
-            from[t] = rows[t / 3] != nullptr && iw >= 0 && iw < geo.w ? rows[t / 3] + iw * geo.c
-                                                                      : zeros;
-          }
-          depthwise_wgrad_pixel_3x3(d, from, geo.k, out, pitch);
-        }
+    // 3 x 3 filters at horizontal stride 1 or 2 without horizontal dilation: whole rows in
+    // depthwise_wgrad_row_3x3.
+    const bool whole_rows = window == 9 && geo.s == 3 && geo.dilation_w == 1 && geo.stride_w <= 2;
+    for (index_t t0 = 0; t0 < window; t0 += taps_per_pass) {
+      const index_t taps = std::min(taps_per_pass, window - t0);
+      index_t row_off[taps_per_pass], col_off[taps_per_pass];
+      // Output columns [q_lo, q_hi) see every tap of the pass inside the input's width.
+      index_t q_lo = 0, q_hi = geo.q;
+      for (index_t t = 0; t < taps; ++t) {
+        const index_t ir = (t0 + t) / geo.s, is = (t0 + t) % geo.s;
+        row_off[t] = ir * geo.dilation_h - geo.pad_h;
+        col_off[t] = is * geo.dilation_w - geo.pad_w;
+        q_lo = std::max(q_lo, col_off[t] >= 0 ? 0 : ceil_div(-col_off[t], geo.stride_w));
+        q_hi = std::min(q_hi, geo.w - 1 - col_off[t] < 0
+                                  ? index_t(0)
+                                  : (geo.w - 1 - col_off[t]) / geo.stride_w + 1);
       }
-      return;
-    }
-    for (index_t block = 0; block < blocks; ++block) {
-      const index_t k0 = block * lanes;
-      const index_t width = std::min(lanes, geo.k - k0);
-      const Compute* const xs = batch.x + geo.x_offset(sample, 0, 0, 0) + k0;
-      for (index_t t0 = 0; t0 < window; t0 += taps_per_pass) {
-        const index_t taps = std::min(taps_per_pass, window - t0);
-        index_t row_off[taps_per_pass], col_off[taps_per_pass];
-        // Output columns [q_lo, q_hi) see every tap of the pass inside the input's width.
-        index_t q_lo = 0, q_hi = geo.q;
-        for (index_t t = 0; t < taps; ++t) {
-          const index_t ir = (t0 + t) / geo.s, is = (t0 + t) % geo.s;
-          row_off[t] = ir * geo.dilation_h - geo.pad_h;
-          col_off[t] = is * geo.dilation_w - geo.pad_w;
-          q_lo = std::max(q_lo, col_off[t] >= 0 ? 0 : ceil_div(-col_off[t], geo.stride_w));
-          q_hi = std::min(q_hi, geo.w - 1 - col_off[t] < 0
-                                    ? index_t(0)
-                                    : (geo.w - 1 - col_off[t]) / geo.stride_w + 1);
-        }
-        q_hi = std::max(q_hi, q_lo);
-        vec acc[taps_per_pass] = {};
-        Compute tail[taps_per_pass][lanes] = {};  // a partial last block's sums
-        for (index_t op = op_begin; op < op_end; ++op) {
+      q_hi = std::max(q_hi, q_lo);
+      vec acc[taps_per_pass] = {};
+      Compute tail[taps_per_pass][lanes] = {};  // a partial last block's sums
+      for (index_t local = set * per_set; local < (set + 1) * per_set; ++local) {
+        const index_t sample = batch.first_sample + local;
+        const Compute* const xs = batch.x + geo.x_offset(sample, 0, 0, 0) + k0;
+        for (index_t op = 0; op < geo.p; ++op) {
           const Compute* d = batch.dy + geo.y_offset(sample, k0, op * geo.q);
           const index_t h0 = op * geo.stride_h;
           if (whole_rows && width == lanes) {
@@ -1117,26 +1144,15 @@ void depthwise_wgrad_nhwc(host_exec exec, const conv::wgrad_batch<Compute, Compu
             }
           }
         }
-        for (index_t t = 0; t < taps; ++t) {
-          Compute* const sums = out + (t0 + t) * pitch + k0;
-          if (width == lanes) {
-            std::memcpy(sums, &acc[t], sizeof(vec));
-          } else {
-            std::copy(tail[t], tail[t] + width, sums);
-          }
+      }
+      for (index_t t = 0; t < taps; ++t) {
+        for (index_t c = 0; c < width; ++c) {
+          store_output(batch.dw[set * geo.filter_set_size() + (k0 + c) * window + t0 + t],
+                       width == lanes ? acc[t][c] : tail[t][c], alpha, beta,
+                       epilogue::identity{}, batch.per_sample ? batch.first_sample + set : 0,
+                       k0 + c, t0 + t);
         }
       }
-    }
-  });
-  // The tasks' sums, added in order.
-  host_parallel_for(exec, sets * geo.k, schedule::uniform, [&](index_t item) {
-    const index_t set = item / geo.k, k = item % geo.k;
-    const Compute* const first = partial.get() + set * chunks * set_size + k;
-    for (index_t rs = 0; rs < window; ++rs) {
-      Compute sum = first[rs * pitch];
-      for (index_t chunk = 1; chunk < chunks; ++chunk) sum += first[chunk * set_size + rs * pitch];
-      store_output(batch.dw[set * geo.filter_set_size() + k * window + rs], sum, alpha, beta,
-                   epilogue::identity{}, batch.per_sample ? batch.first_sample + set : 0, k, rs);
     }
   });
 }
