@@ -52,7 +52,7 @@ const std::vector<conv_layer>& per_sample_layers() { return bench::per_sample_gr
 struct backward_layer : bench::device_layer<T> {
   backward_layer(const conv_layer& l, index_t n, index_t filter_sets, cudaStream_t stream)
       : bench::device_layer<T>(l, n, filter_sets, stream) {
-    y.upload(bench::host_values<T>(ys.size(), 3u).data());
+    bench::device_values<T>(y, static_cast<std::size_t>(ys.size()), 3u);
   }
 };
 

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "conv/layers.hpp"
+#include "support/device_values.cuh"
 #include "support/harness.hpp"
 
 #include <gpubatch/numeric.hpp>
@@ -164,7 +165,8 @@ class cudnn_layer {
   cudnnActivationDescriptor_t relu_ = nullptr;
 };
 
-/// Pseudo-random values in [-0.5, 0.5), the same for every implementation.
+/// Pseudo-random values in [-0.5, 0.5), the same for every implementation (small host-side
+/// inputs such as a bias; tensors are made on the device, device_values.cuh).
 template <class T>
 std::vector<T> host_values(index_t count, unsigned seed) {
   std::vector<T> values(static_cast<std::size_t>(count));
@@ -189,8 +191,8 @@ struct device_layer {
         x(bytes(xs.size()), gpubatch::on(stream), copies(l, n, filter_sets)),
         w(bytes(ws.size() * filter_sets), gpubatch::on(stream), copies(l, n, filter_sets)),
         y(bytes(ys.size()), gpubatch::on(stream), copies(l, n, filter_sets)) {
-    x.upload(host_values<T>(xs.size(), 1u).data());
-    w.upload(host_values<T>(ws.size() * filter_sets, 2u).data());
+    device_values<T>(x, static_cast<std::size_t>(xs.size()), 1u);
+    device_values<T>(w, static_cast<std::size_t>(ws.size() * filter_sets), 2u);
   }
   static std::size_t bytes(index_t elements) {
     return static_cast<std::size_t>(elements) * sizeof(T);

@@ -8,9 +8,9 @@
 // Column-major operands (cuBLAS's native order), alpha = 1, beta = 0. The batch fills the GPU:
 // about 2^34 FLOPs per iteration (at least one problem, at most 2^17 problems). Inputs rotate
 // through copies larger than twice the L2, so small problems are not served from cache.
+#include "support/device_values.cuh"
 #include "support/harness.hpp"
 
-#include <gpubatch/fill.hpp>
 #include <gpubatch/gemm.hpp>
 
 #include <benchmark/benchmark.h>
@@ -71,12 +71,9 @@ struct device_batch {
         a(bytes, exec, bench::rotating_buffers::copies_to_exceed_l2(2 * bytes)),
         b(bytes, exec, a.copies()),
         c(static_cast<std::size_t>(n * n * count), exec) {
-    std::vector<T> host(static_cast<std::size_t>(n * n * count));
-    std::mt19937 engine(11);
-    std::uniform_real_distribution<float> dist(-1.0F, 1.0F);
-    for (auto& v : host) v = gpubatch::convert<T>(dist(engine));
-    a.upload(host.data());
-    b.upload(host.data());
+    const auto elements = static_cast<std::size_t>(n * n * count);
+    bench::device_values<T>(a, elements, 11u, -1.0F, 1.0F);
+    bench::device_values<T>(b, elements, 12u, -1.0F, 1.0F);
   }
   void set_rates(benchmark::State& state) const {
     bench::set_rates(state, 2.0 * static_cast<double>(n) * n * n * count, 3.0 * static_cast<double>(bytes));
@@ -219,8 +216,8 @@ struct grouped_batch {
     a = gpubatch::device_buffer<gpubatch::half>(ea, exec);
     b = gpubatch::device_buffer<gpubatch::half>(eb, exec);
     c = gpubatch::device_buffer<gpubatch::half>(ec, exec);
-    gpubatch::fill(exec, a, gpubatch::convert<gpubatch::half>(0.5F));
-    gpubatch::fill(exec, b, gpubatch::convert<gpubatch::half>(0.25F));
+    bench::device_values(a.data(), ea, 5u, exec.stream(), -1.0F, 1.0F);
+    bench::device_values(b.data(), eb, 6u, exec.stream(), -1.0F, 1.0F);
     std::size_t oa = 0, ob = 0, oc = 0;
     for (index_t i = 0; i < count; ++i) {
       problems.push_back({m[i], n[i], k[i], a.data() + oa, m[i], b.data() + ob, k[i], c.data() + oc, m[i]});

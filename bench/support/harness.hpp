@@ -195,10 +195,17 @@ class rotating_buffers {
   /// iteration, and every implementation, reads the same data. Returns when the upload is done.
   /// @throws cuda_error
   void upload(const void* host) {
+    GPUBATCH_CUDA_TRY(cudaMemcpyAsync(slab_.data(), host, bytes_, cudaMemcpyHostToDevice, slab_.stream()));
+    replicate_first();
+  }
+
+  /// @brief Copies the first copy into every other one (after it was written on the device, e.g.
+  /// by device_values.cuh). Returns when the copies are done.
+  /// @throws cuda_error
+  void replicate_first() {
     cudaStream_t stream = slab_.stream();
     std::byte* base = slab_.data();
-    GPUBATCH_CUDA_TRY(cudaMemcpyAsync(base, host, bytes_, cudaMemcpyHostToDevice, stream));
-    // Doubling: copies [0, n) are duplicated into [n, 2n), so the upload is O(log copies) calls.
+    // Doubling: copies [0, n) are duplicated into [n, 2n), so this is O(log copies) calls.
     for (std::size_t done = 1; done < copies_; done *= 2) {
       const std::size_t count = done < copies_ - done ? done : copies_ - done;
       GPUBATCH_CUDA_TRY(cudaMemcpyAsync(base + done * stride_, base, count * stride_,
@@ -206,6 +213,11 @@ class rotating_buffers {
     }
     GPUBATCH_CUDA_TRY(cudaStreamSynchronize(stream));
   }
+
+  /// @brief The first copy, which upload() and replicate_first() copy from.
+  [[nodiscard]] void* first() noexcept { return slab_.data(); }
+  /// @brief The stream the copies are made on.
+  [[nodiscard]] cudaStream_t stream() const noexcept { return slab_.stream(); }
 
   /// @brief The next copy in turn.
   [[nodiscard]] void* next() noexcept {
