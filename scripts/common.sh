@@ -62,3 +62,10 @@ gpubatch_cuda_tools() {
   fi
   echo "$bin"
 }
+
+# Rewrites absolute paths under the checkout in a results file as paths relative to it (the
+# executable's path, a source file named in an error message), so that results name no machine's
+# folders.
+gpubatch_relative_paths() {
+  sed -i "s#${GPUBATCH_ROOT}/##g" "$@"
+}

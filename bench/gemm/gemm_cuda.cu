@@ -189,7 +189,8 @@ BENCHMARK(pointer_cublas)->Name(bench::name("gemm_ptr_f32.cuda", "cublas"))->App
 
 // --- grouped ------------------------------------------------------------------------------------
 
-/// `count` f16 problems of random m, n, k in [lo, hi], packed back to back, column-major.
+/// `count` f16 problems of random m, n, k in [lo, hi], column-major, packed back to back with
+/// each matrix starting on a 16-byte boundary.
 struct grouped_batch {
   using problem = gpubatch::gemm_problem<gpubatch::half, gpubatch::half, gpubatch::half>;
   std::vector<int> m, n, k;
@@ -199,6 +200,11 @@ struct grouped_batch {
   double flops = 0, bytes = 0;
   index_t max_m = 0, max_n = 0, max_k = 0;
 
+  /// Elements up to the next 16-byte boundary: every matrix starts aligned, as cuBLAS's grouped
+  /// GEMM needs (packed back to back at 2-byte offsets, it failed on an H200 with
+  /// CUBLAS_STATUS_EXECUTION_FAILED and a misaligned address). gpubatch reads the same layout.
+  static std::size_t aligned(std::size_t elements) { return (elements + 7) / 8 * 8; }
+
   grouped_batch(index_t count, int lo, int hi, gpubatch::cuda_exec exec)
       : a(1, exec), b(1, exec), c(1, exec), device_problems(static_cast<std::size_t>(count), exec) {
     std::mt19937 engine(5);
@@ -206,13 +212,13 @@ struct grouped_batch {
     std::size_t ea = 0, eb = 0, ec = 0;
     for (index_t i = 0; i < count; ++i) {
       m.push_back(size(engine)), n.push_back(size(engine)), k.push_back(size(engine));
-      ea += static_cast<std::size_t>(m.back()) * k.back();
-      eb += static_cast<std::size_t>(k.back()) * n.back();
-      ec += static_cast<std::size_t>(m.back()) * n.back();
+      ea += aligned(static_cast<std::size_t>(m.back()) * k.back());
+      eb += aligned(static_cast<std::size_t>(k.back()) * n.back());
+      ec += aligned(static_cast<std::size_t>(m.back()) * n.back());
       flops += 2.0 * m.back() * n.back() * k.back();
+      bytes += 2.0 * (double(m.back()) * k.back() + double(k.back()) * n.back() + double(m.back()) * n.back());
       max_m = std::max<index_t>(max_m, m.back()), max_n = std::max<index_t>(max_n, n.back()), max_k = std::max<index_t>(max_k, k.back());
     }
-    bytes = 2.0 * static_cast<double>(ea + eb + ec);
     a = gpubatch::device_buffer<gpubatch::half>(ea, exec);
     b = gpubatch::device_buffer<gpubatch::half>(eb, exec);
     c = gpubatch::device_buffer<gpubatch::half>(ec, exec);
@@ -221,7 +227,9 @@ struct grouped_batch {
     std::size_t oa = 0, ob = 0, oc = 0;
     for (index_t i = 0; i < count; ++i) {
       problems.push_back({m[i], n[i], k[i], a.data() + oa, m[i], b.data() + ob, k[i], c.data() + oc, m[i]});
-      oa += static_cast<std::size_t>(m[i]) * k[i], ob += static_cast<std::size_t>(k[i]) * n[i], oc += static_cast<std::size_t>(m[i]) * n[i];
+      oa += aligned(static_cast<std::size_t>(m[i]) * k[i]);
+      ob += aligned(static_cast<std::size_t>(k[i]) * n[i]);
+      oc += aligned(static_cast<std::size_t>(m[i]) * n[i]);
     }
     GPUBATCH_CUDA_TRY(cudaMemcpyAsync(device_problems.data(), problems.data(), device_problems.size_bytes(), cudaMemcpyHostToDevice, exec.stream()));
     GPUBATCH_CUDA_TRY(cudaStreamSynchronize(exec.stream()));

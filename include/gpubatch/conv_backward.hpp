@@ -21,7 +21,8 @@
 /// (OpenMP over output blocks; depthwise layers and few-channel backward data on direct loops
 /// and GEMM + col2im); CUDA on its SIMT implicit-GEMM kernel (tensor cores are not used by the
 /// backward passes yet), splitting long reductions through the workspace, and depthwise layers
-/// on their own kernels.
+/// (and backward data with at most 4 input channels per group, such as a stem's 3) on their
+/// own kernels.
 /// Every pass is deterministic run to run on both backends; see conv2d_backward_options for
 /// results independent of the GPU.
 ///

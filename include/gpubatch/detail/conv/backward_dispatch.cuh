@@ -108,7 +108,14 @@ std::size_t backward_workspace_bytes(const Batch& batch) {
 /// filters take the implicit GEMM.
 inline constexpr int depthwise_max_taps = 49;
 
-/// Depthwise layers (one input channel per group) on their own kernels, unless a policy is
+/// Input channels per group up to which backward data runs as direct loops rather than the
+/// implicit GEMM (as on the host): a dgrad GEMM N = C/g this narrow fills at most 4 of the SIMT
+/// tile's 64 columns (the stem's 3: 4.7%), and gathers the tile's rows once per column tile
+/// whatever N is, the zeros between strides included.
+inline constexpr index_t direct_dgrad_max_channels = 4;
+
+/// Depthwise layers (one input channel per group) on their own kernels, and backward data of
+/// layers with at most direct_dgrad_max_channels input channels per group, unless a policy is
 /// forced or a deterministic pass asks for the implicit GEMM's fixed chunks (whose order is the
 /// one documented). Returns whether it launched.
 template <class Policy, class TDY, class TW, class TDX, class Compute, class Epilogue>
@@ -116,7 +123,8 @@ bool launch_depthwise_backward(cudaStream_t stream, const conv::dgrad_batch<TDY,
                                Compute alpha, Compute beta, const Epilogue& epilogue,
                                const conv2d_backward_options& options) {
   // A deterministic pass keeps the documented chunked order of the implicit GEMM.
-  if (!std::is_void_v<Policy> || batch.geo.cg() != 1 || options.deterministic) {
+  if (!std::is_void_v<Policy> || batch.geo.cg() > direct_dgrad_max_channels ||
+      options.deterministic) {
     return false;
   }
   constexpr int threads = 256;

@@ -76,9 +76,13 @@ GPUBATCH_KERNEL void __launch_bounds__(Threads)
   }
 }
 
-/// Depthwise backward data: one input element per thread (grid-stride, storage order, so a
-/// warp's channels or columns are adjacent), gathering the dy elements of its channel's
-/// filters that reached it.
+/// Direct backward data, for depthwise layers and layers with few input channels per group
+/// (at most direct_dgrad_max_channels; the stem's 3), whose implicit GEMM would fill one or a
+/// few columns of its 64-wide tile and multiply the zeros between strides: one input element
+/// per thread (grid-stride, storage order, so a warp's channels or columns are adjacent),
+/// gathering its group's dy elements at the taps that reached it. A tap row's output row (and a
+/// tap's output column) is found once, not per product, and only taps that land on a stride are
+/// visited. Sums in a fixed order: tap rows, taps, then the group's output channels.
 template <int Threads, class TDY, class TW, class TDX, class Compute, class Epilogue>
 GPUBATCH_KERNEL void __launch_bounds__(Threads)
     depthwise_dgrad_kernel(conv::dgrad_batch<TDY, TW, TDX> batch, Compute alpha, Compute beta,
@@ -86,8 +90,9 @@ GPUBATCH_KERNEL void __launch_bounds__(Threads)
   const conv::conv2d_geometry& geo = batch.geo;
   const index_t plane = geo.h * geo.w;
   const index_t total = geo.n * geo.c * plane;
-  const index_t m = geo.kg();
-  const index_t window = geo.r * geo.s;
+  const index_t cg = geo.cg(), kg = geo.kg();
+  const index_t filter_stride = geo.gemm_k();            // between filters kl and kl + 1
+  const index_t channel_stride = geo.y_channel_stride();  // between dy's channels
   const index_t step = static_cast<index_t>(gridDim.x) * Threads;
   for (index_t idx = static_cast<index_t>(blockIdx.x) * Threads + threadIdx.x; idx < total;
        idx += step) {
@@ -102,15 +107,28 @@ GPUBATCH_KERNEL void __launch_bounds__(Threads)
       sample = idx / (plane * geo.c);
     }
     const index_t ih = pixel / geo.w, iw = pixel % geo.w;
+    const index_t group = c / cg, cl = c - group * cg;
     const TW* const w = batch.w + (batch.per_sample ? sample * geo.filter_set_size() : 0);
+    const TDY* const dy = batch.dy + geo.y_offset(sample, group * kg, 0);
+    const index_t ph = ih + geo.pad_h, pw = iw + geo.pad_w;
     Compute acc = Compute(0);
+    // As geo.output_pixel_through, per tap row and tap: the offset from the padded position
+    // only falls as the tap index grows, so the first negative one ends the loop.
     for (index_t ir = 0; ir < geo.r; ++ir) {
+      const index_t th = ph - ir * geo.dilation_h;
+      if (th < 0) break;
+      const index_t op = th / geo.stride_h;
+      if (op * geo.stride_h != th || op >= geo.p) continue;
       for (index_t is = 0; is < geo.s; ++is) {
-        const index_t out = geo.output_pixel_through(ih + geo.pad_h, iw + geo.pad_w, ir, is);
-        if (out < 0) continue;
-        for (index_t k = c * m; k < (c + 1) * m; ++k) {
-          acc += convert<Compute>(batch.dy[geo.y_offset(sample, k, out)]) *
-                 convert<Compute>(w[k * window + ir * geo.s + is]);
+        const index_t tw = pw - is * geo.dilation_w;
+        if (tw < 0) break;
+        const index_t oq = tw / geo.stride_w;
+        if (oq * geo.stride_w != tw || oq >= geo.q) continue;
+        const index_t out = op * geo.q + oq;
+        const TDY* const d = dy + (geo.nhwc() ? out * geo.k : out);
+        const TW* const f = w + geo.w_offset(group * kg, cl, ir, is);
+        for (index_t kl = 0; kl < kg; ++kl) {
+          acc += convert<Compute>(d[kl * channel_stride]) * convert<Compute>(f[kl * filter_stride]);
         }
       }
     }

@@ -217,9 +217,15 @@ GPUBATCH_HOST_DEVICE Compute accumulate_chunk(const Table& table, const owned_ou
                                               index_t k0, index_t k_chunk, const Compute* a_s,
                                               const Compute* b_s, Compute sum) {
   const auto& p = table.problem[o.local];
-  const index_t kk = chunk_depth(p, k0, k_chunk);
-  for (index_t q = 0; q < kk; ++q) {
-    sum += a_s[a_offset(table, o.local, o.row, q)] * b_s[b_offset(table, o.local, q, o.col)];
+  // The K loop walks two pointers (A's row: +1, B's column: + b_pitch) in 32-bit steps: the
+  // 64-bit a_offset / b_offset per K index cost about 10 integer instructions per multiply-add.
+  // Same reads, same order of additions.
+  const int kk = static_cast<int>(chunk_depth(p, k0, k_chunk));
+  const int b_pitch = static_cast<int>(table.b_pitch);
+  const Compute* a = a_s + a_offset(table, o.local, o.row, 0);
+  const Compute* b = b_s + b_offset(table, o.local, 0, o.col);
+  for (int q = 0; q < kk; ++q, b += b_pitch) {
+    sum += a[q] * *b;
   }
   return sum;
 }
