@@ -217,15 +217,15 @@ GPUBATCH_HOST_DEVICE Compute accumulate_chunk(const Table& table, const owned_ou
                                               index_t k0, index_t k_chunk, const Compute* a_s,
                                               const Compute* b_s, Compute sum) {
   const auto& p = table.problem[o.local];
-  // The K loop walks two pointers (A's row: +1, B's column: + b_pitch) in 32-bit steps: the
+  // The K loop steps through A's row (+1) and B's column (+ b_pitch) with 32-bit offsets: the
   // 64-bit a_offset / b_offset per K index cost about 10 integer instructions per multiply-add.
-  // Same reads, same order of additions.
+  // Same reads, same order of additions; the offsets stay within the staged chunk (48 KiB).
   const int kk = static_cast<int>(chunk_depth(p, k0, k_chunk));
   const int b_pitch = static_cast<int>(table.b_pitch);
   const Compute* a = a_s + a_offset(table, o.local, o.row, 0);
   const Compute* b = b_s + b_offset(table, o.local, 0, o.col);
-  for (int q = 0; q < kk; ++q, b += b_pitch) {
-    sum += a[q] * *b;
+  for (int q = 0, bq = 0; q < kk; ++q, bq += b_pitch) {
+    sum += a[q] * b[bq];
   }
   return sum;
 }
