@@ -122,9 +122,15 @@ template <class Policy, class TDY, class TW, class TDX, class Compute, class Epi
 bool launch_depthwise_backward(cudaStream_t stream, const conv::dgrad_batch<TDY, TW, TDX>& batch,
                                Compute alpha, Compute beta, const Epilogue& epilogue,
                                const conv2d_backward_options& options) {
-  // A deterministic pass keeps the documented chunked order of the implicit GEMM.
-  if (!std::is_void_v<Policy> || batch.geo.cg() > direct_dgrad_max_channels ||
-      options.deterministic) {
+  // A deterministic pass keeps the documented chunked order of the implicit GEMM; the kernel
+  // finds tap positions in 32-bit arithmetic, so the padded extents must fit.
+  const conv::conv2d_geometry& geo = batch.geo;
+  constexpr index_t int_max = 0x7fffffff;
+  const bool fits_int = geo.h + geo.pad_h < int_max && geo.w + geo.pad_w < int_max &&
+                        geo.r * geo.dilation_h < int_max && geo.s * geo.dilation_w < int_max &&
+                        geo.stride_h < int_max && geo.stride_w < int_max;
+  if (!std::is_void_v<Policy> || geo.cg() > direct_dgrad_max_channels || options.deterministic ||
+      !fits_int) {
     return false;
   }
   constexpr int threads = 256;

@@ -110,23 +110,30 @@ GPUBATCH_KERNEL void __launch_bounds__(Threads)
     const index_t group = c / cg, cl = c - group * cg;
     const TW* const w = batch.w + (batch.per_sample ? sample * geo.filter_set_size() : 0);
     const TDY* const dy = batch.dy + geo.y_offset(sample, group * kg, 0);
-    const index_t ph = ih + geo.pad_h, pw = iw + geo.pad_w;
     Compute acc = Compute(0);
-    // As geo.output_pixel_through, per tap row and tap: the offset from the padded position
-    // only falls as the tap index grows, so the first negative one ends the loop.
-    for (index_t ir = 0; ir < geo.r; ++ir) {
-      const index_t th = ph - ir * geo.dilation_h;
+    // As geo.output_pixel_through, per tap row and tap, in 32-bit arithmetic (the dispatch
+    // checks that the padded extents fit): the offset from the padded position only falls as
+    // the tap index grows, so the first negative one ends the loop.
+    const int ph = static_cast<int>(ih + geo.pad_h), pw = static_cast<int>(iw + geo.pad_w);
+    const int stride_h = static_cast<int>(geo.stride_h), stride_w = static_cast<int>(geo.stride_w);
+    const int dilation_h = static_cast<int>(geo.dilation_h);
+    const int dilation_w = static_cast<int>(geo.dilation_w);
+    for (int ir = 0; ir < static_cast<int>(geo.r); ++ir) {
+      const int th = ph - ir * dilation_h;
       if (th < 0) break;
-      const index_t op = th / geo.stride_h;
-      if (op * geo.stride_h != th || op >= geo.p) continue;
-      for (index_t is = 0; is < geo.s; ++is) {
-        const index_t tw = pw - is * geo.dilation_w;
+      const int op = th / stride_h;
+      if (op * stride_h != th || op >= geo.p) continue;
+      for (int is = 0; is < static_cast<int>(geo.s); ++is) {
+        const int tw = pw - is * dilation_w;
         if (tw < 0) break;
-        const index_t oq = tw / geo.stride_w;
-        if (oq * geo.stride_w != tw || oq >= geo.q) continue;
+        const int oq = tw / stride_w;
+        if (oq * stride_w != tw || oq >= geo.q) continue;
         const index_t out = op * geo.q + oq;
         const TDY* const d = dy + (geo.nhwc() ? out * geo.k : out);
         const TW* const f = w + geo.w_offset(group * kg, cl, ir, is);
+        // Not unrolled: one accumulator makes this a chain anyway, and the unrolled loop took
+        // ptxas to 64 registers with spills (f64, sm_90) or 150 without a cap.
+#pragma unroll 1
         for (index_t kl = 0; kl < kg; ++kl) {
           acc += convert<Compute>(d[kl * channel_stride]) * convert<Compute>(f[kl * filter_stride]);
         }
