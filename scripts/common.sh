@@ -69,3 +69,9 @@ gpubatch_cuda_tools() {
 gpubatch_relative_paths() {
   sed -i "s#${GPUBATCH_ROOT}/##g" "$@"
 }
+
+# A file-name-safe, lowercase machine name: "NVIDIA H100 80GB HBM3" -> nvidia-h100-80gb-hbm3.
+gpubatch_slug() {
+  sed -e 's/([^)]*)//g' -e 's/ CPU / /; s/@.*$//' <<<"$1" | tr '[:upper:]' '[:lower:]' |
+    tr -cs 'a-z0-9' '-' | sed -e 's/^-*//' -e 's/-*$//'
+}
