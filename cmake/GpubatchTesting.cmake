@@ -52,8 +52,12 @@ function(gpubatch_add_host_test target)
   _gpubatch_register(${target} PROPERTIES LABELS host ${env})
 endfunction()
 
-# A gpu test: CUDA sources compiled by nvcc; Skipped without a device.
+# A gpu test: CUDA sources compiled by nvcc; Skipped without a device. Left out when
+# GPUBATCH_BUILD_GPU_TESTS is off.
 function(gpubatch_add_gpu_test target)
+  if(NOT GPUBATCH_BUILD_GPU_TESTS)
+    return()
+  endif()
   if(NOT TARGET gpubatch_test_main_gpu)
     add_library(gpubatch_test_main_gpu OBJECT "${PROJECT_SOURCE_DIR}/tests/support/gpu_main.cpp")
     target_link_libraries(gpubatch_test_main_gpu PUBLIC gpubatch_catch2 gpubatch::gpubatch gpubatch_dev_options)

@@ -27,7 +27,8 @@
 #   <prefix>.<heading>.nvcc.run   enabled (labels nvcc, readme)
 # The build tests build targets excluded from `all`, so a broken block fails its test, not the
 # build. For each block, <target prefix>_<heading>_LINE is set in the caller's scope to the
-# Markdown line of the block's first line.
+# Markdown line of the block's first line; the global property GPUBATCH_SNIPPET_TARGETS_<prefix>
+# lists the targets (a build may make them ahead of the tests, in parallel: scripts/test does).
 include_guard(GLOBAL)
 
 function(_gpubatch_snippet_newlines text out)
@@ -190,6 +191,7 @@ function(gpubatch_add_markdown_snippets markdown prefix)
       endif()
       target_link_libraries(${target} PRIVATE gpubatch::gpubatch ${link} gpubatch_dev_options
                                               $<TARGET_NAME_IF_EXISTS:dlpack::dlpack>)
+      set_property(GLOBAL APPEND PROPERTY GPUBATCH_SNIPPET_TARGETS_${prefix} ${target})
       add_test(NAME ${test} COMMAND ${CMAKE_COMMAND} --build "${CMAKE_BINARY_DIR}" --target ${target})
       set_tests_properties(${test} PROPERTIES LABELS "${label};readme"
                            RESOURCE_LOCK gpubatch_build_tree)
