@@ -265,6 +265,11 @@ def fmt_x(x: float | None, label: str | None) -> str:
     return f"{x:g}"
 
 
+def fmt_ratio(ratio: float) -> str:
+    """Two decimals, or two significant digits below 0.01 (a ratio never prints as 0.00)."""
+    return f"{ratio:.2f}" if ratio >= 0.01 else f"{ratio:.2g}"
+
+
 def fmt_rate(value: float, unit: str) -> str:
     for prefix, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
         if value >= scale:
@@ -487,7 +492,7 @@ def group_section(group: Group, label: str, plot_rel: str | None) -> list[str]:
         for baseline in ratios:
             s, b = group.cells.get((SUBJECT, x)), group.cells.get((baseline, x))
             ok = s and b and s.time_s is not None and b.time_s
-            row.append(f"{s.time_s / b.time_s:.2f}" if ok else "-")
+            row.append(fmt_ratio(s.time_s / b.time_s) if ok else "-")
         for counter in rates:
             for impl in impls:
                 cell = group.cells.get((impl, x))

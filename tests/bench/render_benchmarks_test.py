@@ -126,6 +126,12 @@ class Tables(Fixture):
         lines = self.section(self.render(False), group.name)
         self.assertIn("| 16 | 32 µs | 16 µs | 2.00 |", lines)
 
+    def test_ratio_far_below_one_keeps_two_significant_digits(self):
+        self.assertEqual(rb.fmt_ratio(2.0), "2.00")
+        self.assertEqual(rb.fmt_ratio(0.0123), "0.01")
+        self.assertEqual(rb.fmt_ratio(0.00287), "0.0029")
+        self.assertEqual(rb.fmt_ratio(0.0012), "0.0012")
+
     def test_group_without_baseline_says_so(self):
         lines = self.section(self.render(False), "conv2d_alone_f16_nhwc.cuda")
         self.assertIn("No baseline in this group: no ratio.", lines)
