@@ -1,6 +1,7 @@
 // CUDA batched GEMM against cuBLAS, same data, same stream, device time (CUDA events).
 //
 //   gemm_<t>.cuda          strided batch, square n x n x n   vs cublasGemmStridedBatchedEx
+//                          and, at n = 8, 16, 32, the tiny-matrix kernel the default replaced
 //   gemm_ptr_f32.cuda      pointer-array batch                vs cublasGemmBatchedEx
 //   gemm_grouped_f16.cuda  grouped batch of random sizes      vs cublasGemmGroupedBatchedEx
 //   gemm_grouped_tiny_f16.cuda  the same, sizes 1 to 32
@@ -113,18 +114,48 @@ void strided_cublas(benchmark::State& state) {
   });
 }
 
+/// The tiny-matrix kernel on the same batch: the default for these sizes before uniform batches
+/// took a small tile per problem (default_small_tile_policy), kept to show that choice holds.
+template <class T>
+void strided_tiny_kernel(benchmark::State& state) {
+  namespace gd = gpubatch::detail;
+  bench::run_cuda_benchmark(state, [&](const gpubatch::cuda_stream& stream) {
+    device_batch<T> d(state.range(0), stream.exec());
+    const index_t n = d.n;
+    const auto col_major = gd::operand_strides(gpubatch::layout::col_major, gpubatch::op::none, n);
+    using policy = typename gpubatch::default_gemm_policy<T, 80, gpubatch::size_class::tiny>::type;
+    bench::time_on_device(state, stream.get(), [&] {
+      const gd::strided_gemm_batch<T, T, T> batch{
+          n, n, n, d.count, {d.a.template next_as<const T>(), col_major}, n * n,
+          {d.b.template next_as<const T>(), col_major}, n * n, {d.c.data(), col_major}, n * n};
+      gd::cuda_gemm::launch_tiny<policy>(stream.get(), batch, gd::tiny::block_bounds{n, n, n},
+                                         1.0F, 0.0F, gpubatch::epilogue::identity{});
+    });
+    d.set_rates(state);
+  });
+}
+
 void square_sizes(benchmark::internal::Benchmark* b) {
   b->ArgName("n");
   for (int n : {4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096}) b->Arg(n);
   b->UseManualTime()->Unit(benchmark::kMicrosecond);
 }
 
+void small_tile_sizes(benchmark::internal::Benchmark* b) {
+  b->ArgName("n");
+  for (int n : {8, 16, 32}) b->Arg(n);
+  b->UseManualTime()->Unit(benchmark::kMicrosecond);
+}
+
 BENCHMARK(strided_gpubatch<float>)->Name(bench::name("gemm_f32.cuda", bench::subject))->Apply(square_sizes);
 BENCHMARK(strided_cublas<float>)->Name(bench::name("gemm_f32.cuda", "cublas"))->Apply(square_sizes);
+BENCHMARK(strided_tiny_kernel<float>)->Name(bench::name("gemm_f32.cuda", "tiny-kernel"))->Apply(small_tile_sizes);
 BENCHMARK(strided_gpubatch<gpubatch::half>)->Name(bench::name("gemm_f16.cuda", bench::subject))->Apply(square_sizes);
 BENCHMARK(strided_cublas<gpubatch::half>)->Name(bench::name("gemm_f16.cuda", "cublas"))->Apply(square_sizes);
+BENCHMARK(strided_tiny_kernel<gpubatch::half>)->Name(bench::name("gemm_f16.cuda", "tiny-kernel"))->Apply(small_tile_sizes);
 BENCHMARK(strided_gpubatch<gpubatch::bfloat16>)->Name(bench::name("gemm_bf16.cuda", bench::subject))->Apply(square_sizes);
 BENCHMARK(strided_cublas<gpubatch::bfloat16>)->Name(bench::name("gemm_bf16.cuda", "cublas"))->Apply(square_sizes);
+BENCHMARK(strided_tiny_kernel<gpubatch::bfloat16>)->Name(bench::name("gemm_bf16.cuda", "tiny-kernel"))->Apply(small_tile_sizes);
 
 // --- pointer-array ------------------------------------------------------------------------------
 

@@ -21,6 +21,13 @@ constexpr int register_budget(int threads, int blocks) {
   const int registers = 65536 / (threads * blocks) / 8 * 8;
   return registers > 255 ? 255 : registers;
 }
+
+/// Element types whose uniform tiny batches default to the small tiles (measured against the
+/// tiny kernel; see default_small_tile_policy).
+template <class T>
+inline constexpr bool small_tile_default_v = std::is_same_v<T, float> ||
+                                             std::is_same_v<T, half> ||
+                                             std::is_same_v<T, bfloat16>;
 }  // namespace detail
 
 /// @brief A GEMM tuning policy. Every member is a compile-time constant; an invalid
@@ -166,6 +173,37 @@ struct default_tensor_core_policy {
   using type = std::conditional_t<Size == size_class::large,
                                   tensor_core_policy<128, 128, tile_k, 8, 3, 65535, large_blocks>,
                                   tensor_core_policy<64, 64, tile_k, 4, 3, 65535, 3>>;
+};
+
+/// @brief The default policies of the CUDA dispatch for a uniform batch (strided or
+/// pointer-array) of f32, f16 or bf16 in the tiny size class whose problems are at least 8 x 8:
+/// one problem per block on a `Tile` x `Tile` tile of the tiled kernels, Tile 16 for problems up
+/// to 16 x 16 and 32 above. Chosen from an H200 measurement of candidate tiles against the tiny
+/// kernel (f32 on SIMT, f16 on tensor cores; n = 8, 16, 32): 0.14x to 0.91x its time. The tiny
+/// kernel keeps smaller problems, grouped batches (whose problems it packs several to a block)
+/// and f64 and int8 until they are measured; bench/gemm/gemm_cuda.cu times it as a baseline.
+/// Blocks per SM (the register budget, see gemm_policy): Tile 16, 1 warp, 16 blocks (8 for f64);
+/// Tile 32, 2 warps, 8 blocks (4 for f64); 128 registers each (f64 255).
+template <class T, int Arch, int Tile>
+struct default_small_tile_policy {
+  static_assert(Tile == 16 || Tile == 32, "gpubatch: the small tiles are 16 and 32");
+  static constexpr int blocks_16 = sizeof(T) > 4 ? 8 : 16;
+  using type = std::conditional_t<Tile == 16, gemm_policy<16, 16, 16, 1, 2, 1, 65535, blocks_16>,
+                                  gemm_policy<32, 32, 16, 2, 2, 1, 65535, blocks_16 / 2>>;
+};
+
+/// @brief The tensor-core counterpart of default_small_tile_policy (f16, bf16, and f32 as
+/// TF32; int8 is defined for forcing, not yet a default): 16 x 16 with 1 warp, 16 blocks per SM, or 32 x 32 with 2 warps, 8 blocks; two
+/// stages of 64 bytes of K per row. int8 states half the blocks: its M/N-major staging takes
+/// twice the shared memory, which leaves room for 12 and 7 of them on sm_80.
+template <class T, int Arch, int Tile>
+struct default_small_tensor_core_policy {
+  static_assert(Tile == 16 || Tile == 32, "gpubatch: the small tiles are 16 and 32");
+  static constexpr int tile_k = 64 / static_cast<int>(sizeof(T));
+  static constexpr int blocks_16 = sizeof(T) == 1 ? 8 : 16;
+  using type =
+      std::conditional_t<Tile == 16, tensor_core_policy<16, 16, tile_k, 1, 2, 65535, blocks_16>,
+                         tensor_core_policy<32, 32, tile_k, 2, 2, 65535, blocks_16 / 2>>;
 };
 
 }  // namespace gpubatch

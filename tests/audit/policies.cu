@@ -81,6 +81,21 @@ void gemm_rows() {
   }
 }
 
+// The small tiles of uniform batches of tiny problems (default_small_tile_policy).
+template <int Arch, class T, int Tile>
+void small_tile_rows() {
+  using compute = gb::compute_type_t<T>;
+  using uniform = gd::strided_gemm_batch<T, T, compute>;
+  if constexpr (std::is_same_v<T, float>) {
+    using P = typename gb::default_small_tile_policy<T, Arch, Tile>::type;
+    row<P, compute>("tiled_gemm_kernel", gd::cuda_gemm::tiled_shared_bytes<P, uniform, compute>());
+  }
+  if constexpr (gd::tensor_core::supported_v<T>) {
+    using P = typename gb::default_small_tensor_core_policy<T, Arch, Tile>::type;
+    tensor_core_rows<P, T, uniform>("tensor_core_gemm_kernel");
+  }
+}
+
 template <class P, class T>
 void conv_row() {
   using compute = gb::compute_type_t<T>;
@@ -121,6 +136,10 @@ void rows_of() {
   const gb::index_t sm_shared = Arch == 80 ? 164 * 1024 : 228 * 1024;
   row<tiny, gb::compute_type_t<T>>(
       "tiny_gemm_kernel", gd::tiny::shared_cap(sm_shared, 1024, tiny::min_blocks_per_sm));
+  if constexpr (gd::small_tile_default_v<T>) {
+    small_tile_rows<Arch, T, 16>();
+    small_tile_rows<Arch, T, 32>();
+  }
   gemm_rows<Arch, T, gb::size_class::medium>();
   gemm_rows<Arch, T, gb::size_class::large>();
   conv_rows<Arch, T, gb::size_class::medium>();

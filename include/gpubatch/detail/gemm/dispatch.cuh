@@ -325,12 +325,45 @@ constexpr bool tensor_core_element(bool allow_tf32) {
   }
 }
 
+/// A uniform batch of tiny problems on a `Tile` x `Tile` tile per problem: tensor cores where the
+/// caller's types and options allow them, else SIMT (f16, bf16 and int8 reach here only with
+/// tensor cores: the dispatch refuses them on SIMT by default).
+template <int Arch, class Element, int Tile, class Batch, class Compute, class Epilogue>
+void launch_small_tile(cudaStream_t stream, const Batch& batch, index_t max_m, index_t max_n,
+                       Compute alpha, Compute beta, const Epilogue& epilogue, bool tensor_cores) {
+  if constexpr (tensor_core::supported_v<Element>) {
+    if (tensor_cores) {
+      launch_tensor_core<typename default_small_tensor_core_policy<Element, Arch, Tile>::type>(
+          stream, batch, max_m, max_n, alpha, beta, epilogue);
+      return;
+    }
+  }
+  if constexpr (!tensor_core::supported_v<Element> || std::is_same_v<Element, float>) {
+    launch_tiled<typename default_small_tile_policy<Element, Arch, Tile>::type>(
+        stream, batch, max_m, max_n, alpha, beta, epilogue);
+  }
+}
+
 /// The compiled default policies of one architecture, picked by size class.
 template <int Arch, class Element, class Batch, class Compute, class Epilogue>
 void launch_default(cudaStream_t stream, const Batch& batch, index_t max_m, index_t max_n,
                     index_t max_k, Compute alpha, Compute beta, const Epilogue& epilogue,
                     bool tensor_cores) {
   const size_class size = classify_gemm(max_m, max_n, max_k);
+  // Uniform batches of tiny problems at least 8 x 8: a small tile per problem beats the tiny
+  // kernel where measured (default_small_tile_policy).
+  if constexpr (Batch::uniform && small_tile_default_v<Element>) {
+    if (size == size_class::tiny && max_m >= 8 && max_n >= 8) {
+      if (max_m <= 16 && max_n <= 16) {
+        launch_small_tile<Arch, Element, 16>(stream, batch, max_m, max_n, alpha, beta, epilogue,
+                                             tensor_cores);
+      } else {
+        launch_small_tile<Arch, Element, 32>(stream, batch, max_m, max_n, alpha, beta, epilogue,
+                                             tensor_cores);
+      }
+      return;
+    }
+  }
   if (size == size_class::tiny) {
     using tiny_policy = typename default_gemm_policy<Element, Arch, size_class::tiny>::type;
     launch_tiny<tiny_policy>(stream, batch, tiny::block_bounds{max_m, max_n, max_k}, alpha, beta,
