@@ -24,6 +24,9 @@ set(GPUBATCH_SKIP_RETURN_CODE 77)
 # Catch2's implementation is compiled once, for both runners.
 add_library(gpubatch_catch_impl OBJECT "${PROJECT_SOURCE_DIR}/tests/support/catch_impl.cpp")
 target_link_libraries(gpubatch_catch_impl PUBLIC gpubatch_catch2 gpubatch_dev_options)
+# Catch2 v2's implementation is the slowest unit of the suite to build (90 s at -O3) and never
+# on a test's hot path: at -O1 it builds in a quarter of that time.
+target_compile_options(gpubatch_catch_impl PRIVATE $<$<CONFIG:Release,RelWithDebInfo,MinSizeRel>:-O1>)
 add_library(gpubatch_test_main_host OBJECT "${PROJECT_SOURCE_DIR}/tests/support/host_main.cpp")
 target_link_libraries(gpubatch_test_main_host PUBLIC gpubatch_catch2 gpubatch::gpubatch gpubatch_dev_options)
 

@@ -2,6 +2,7 @@
 //
 //   gemm_<t>.cuda          strided batch, square n x n x n   vs cublasGemmStridedBatchedEx
 //                          and, at n = 8, 16, 32, the tiny-matrix kernel the default replaced
+//                          (f32, f16, bf16) or the small tile it may take next (f64)
 //   gemm_ptr_f32.cuda      pointer-array batch                vs cublasGemmBatchedEx
 //   gemm_grouped_f16.cuda  grouped batch of random sizes      vs cublasGemmGroupedBatchedEx
 //   gemm_grouped_tiny_f16.cuda  the same, sizes 1 to 32
@@ -50,6 +51,7 @@ struct cublas_handle {
 template <class T>
 constexpr cudaDataType_t cuda_type() {
   if constexpr (std::is_same_v<T, float>) return CUDA_R_32F;
+  else if constexpr (std::is_same_v<T, double>) return CUDA_R_64F;
   else if constexpr (std::is_same_v<T, gpubatch::half>) return CUDA_R_16F;
   else return CUDA_R_16BF;
 }
@@ -103,12 +105,16 @@ void strided_cublas(benchmark::State& state) {
     device_batch<T> d(state.range(0), stream.exec());
     cublas_handle blas(stream.get());
     const int n = static_cast<int>(d.n);
-    const float one = 1.0F, zero = 0.0F;
+    // f64 in f64; f32, f16 and bf16 accumulate in f32.
+    using scalar = gpubatch::compute_type_t<T>;
+    constexpr cublasComputeType_t compute =
+        std::is_same_v<T, double> ? CUBLAS_COMPUTE_64F : CUBLAS_COMPUTE_32F;
+    const scalar one = 1, zero = 0;
     bench::time_on_device(state, stream.get(), [&] {
       CUBLAS_TRY(cublasGemmStridedBatchedEx(
           blas.handle, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, d.a.next(), cuda_type<T>(), n,
           d.n * d.n, d.b.next(), cuda_type<T>(), n, d.n * d.n, &zero, d.c.data(), cuda_type<T>(), n,
-          d.n * d.n, static_cast<int>(d.count), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+          d.n * d.n, static_cast<int>(d.count), compute, CUBLAS_GEMM_DEFAULT));
     });
     d.set_rates(state);
   });
@@ -124,12 +130,36 @@ void strided_tiny_kernel(benchmark::State& state) {
     const index_t n = d.n;
     const auto col_major = gd::operand_strides(gpubatch::layout::col_major, gpubatch::op::none, n);
     using policy = typename gpubatch::default_gemm_policy<T, 80, gpubatch::size_class::tiny>::type;
+    using compute = gpubatch::compute_type_t<T>;
     bench::time_on_device(state, stream.get(), [&] {
       const gd::strided_gemm_batch<T, T, T> batch{
           n, n, n, d.count, {d.a.template next_as<const T>(), col_major}, n * n,
           {d.b.template next_as<const T>(), col_major}, n * n, {d.c.data(), col_major}, n * n};
       gd::cuda_gemm::launch_tiny<policy>(stream.get(), batch, gd::tiny::block_bounds{n, n, n},
-                                         1.0F, 0.0F, gpubatch::epilogue::identity{});
+                                         compute{1}, compute{0}, gpubatch::epilogue::identity{});
+    });
+    d.set_rates(state);
+  });
+}
+
+/// The small tile a uniform batch of f32, f16 or bf16 takes at these sizes
+/// (default_small_tile_policy), forced on a type that still defaults to the tiny kernel.
+template <class T>
+void strided_small_tile(benchmark::State& state) {
+  bench::run_cuda_benchmark(state, [&](const gpubatch::cuda_stream& stream) {
+    device_batch<T> d(state.range(0), stream.exec());
+    const index_t n = d.n;
+    bench::time_on_device(state, stream.get(), [&] {
+      const auto a = gpubatch::matrix_batch_view<const T>(d.a.template next_as<const T>(), n, n, n, n * n, d.count, gpubatch::layout::col_major, gpubatch::memory_space::device);
+      const auto b = gpubatch::matrix_batch_view<const T>(d.b.template next_as<const T>(), n, n, n, n * n, d.count, gpubatch::layout::col_major, gpubatch::memory_space::device);
+      const auto c = gpubatch::matrix_batch_view<T>(d.c.data(), n, n, n, n * n, d.count, gpubatch::layout::col_major, gpubatch::memory_space::device);
+      if (n <= 16) {
+        gpubatch::gemm<typename gpubatch::default_small_tile_policy<T, 90, 16>::type>(
+            stream.exec(), gpubatch::op::none, gpubatch::op::none, 1.0, a, b, 0.0, c);
+      } else {
+        gpubatch::gemm<typename gpubatch::default_small_tile_policy<T, 90, 32>::type>(
+            stream.exec(), gpubatch::op::none, gpubatch::op::none, 1.0, a, b, 0.0, c);
+      }
     });
     d.set_rates(state);
   });
@@ -150,6 +180,9 @@ void small_tile_sizes(benchmark::internal::Benchmark* b) {
 BENCHMARK(strided_gpubatch<float>)->Name(bench::name("gemm_f32.cuda", bench::subject))->Apply(square_sizes);
 BENCHMARK(strided_cublas<float>)->Name(bench::name("gemm_f32.cuda", "cublas"))->Apply(square_sizes);
 BENCHMARK(strided_tiny_kernel<float>)->Name(bench::name("gemm_f32.cuda", "tiny-kernel"))->Apply(small_tile_sizes);
+BENCHMARK(strided_gpubatch<double>)->Name(bench::name("gemm_f64.cuda", bench::subject))->Apply(square_sizes);
+BENCHMARK(strided_cublas<double>)->Name(bench::name("gemm_f64.cuda", "cublas"))->Apply(square_sizes);
+BENCHMARK(strided_small_tile<double>)->Name(bench::name("gemm_f64.cuda", "small-tile"))->Apply(small_tile_sizes);
 BENCHMARK(strided_gpubatch<gpubatch::half>)->Name(bench::name("gemm_f16.cuda", bench::subject))->Apply(square_sizes);
 BENCHMARK(strided_cublas<gpubatch::half>)->Name(bench::name("gemm_f16.cuda", "cublas"))->Apply(square_sizes);
 BENCHMARK(strided_tiny_kernel<gpubatch::half>)->Name(bench::name("gemm_f16.cuda", "tiny-kernel"))->Apply(small_tile_sizes);

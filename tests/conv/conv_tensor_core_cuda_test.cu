@@ -2,6 +2,7 @@
 // by default): f32 on TF32 tensor cores, user tensor-core policies, large tiles, per-sample
 // filters, and the refusal of f32 on tensor cores without allow_tf32.
 #include "../support/cuda_backend.hpp"
+#include "../support/race_check.hpp"
 #include "conv_check.hpp"
 
 namespace {
@@ -32,7 +33,7 @@ TEST_CASE("conv2d with user tensor-core policies", "[conv][tensor_core]") {
   using narrow = tensor_core_policy<32, 32, 32, 2, 2, 3>;  // 3 GEMMs per launch
   using deep = tensor_core_policy<128, 64, 64, 4, 4>;
   for (const tensor_layout order : layouts) {
-    for (const conv_case& cc : gpubatch::test::odd_layers()) {
+    for (const conv_case& cc : gpubatch::test::sampled_in_race_check(gpubatch::test::odd_layers(), 3)) {
       check_conv<test_backend, gpubatch::half, float, ep::relu, narrow>(
           cc, order, filter_form::per_sample, 1.0, 0.5, ep::relu{});
       check_conv<test_backend, gpubatch::bfloat16, gpubatch::bfloat16, ep::identity, deep>(
