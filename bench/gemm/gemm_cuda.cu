@@ -84,7 +84,10 @@ struct device_batch {
   }
 };
 
-template <class T>
+/// gpubatch's dispatch; with ForceSmallTile, the small tile a uniform batch of f32, f16 or bf16
+/// takes at n = 8 to 32 (default_small_tile_policy), forced on a type that still defaults to the
+/// tiny kernel.
+template <class T, bool ForceSmallTile = false>
 void strided_gpubatch(benchmark::State& state) {
   bench::run_cuda_benchmark(state, [&](const gpubatch::cuda_stream& stream) {
     device_batch<T> d(state.range(0), stream.exec());
@@ -93,7 +96,16 @@ void strided_gpubatch(benchmark::State& state) {
       const auto a = gpubatch::matrix_batch_view<const T>(d.a.template next_as<const T>(), n, n, n, n * n, d.count, gpubatch::layout::col_major, gpubatch::memory_space::device);
       const auto b = gpubatch::matrix_batch_view<const T>(d.b.template next_as<const T>(), n, n, n, n * n, d.count, gpubatch::layout::col_major, gpubatch::memory_space::device);
       const auto c = gpubatch::matrix_batch_view<T>(d.c.data(), n, n, n, n * n, d.count, gpubatch::layout::col_major, gpubatch::memory_space::device);
-      gpubatch::gemm(stream.exec(), gpubatch::op::none, gpubatch::op::none, 1.0F, a, b, 0.0F, c);
+      constexpr gpubatch::op none = gpubatch::op::none;
+      if constexpr (!ForceSmallTile) {
+        gpubatch::gemm(stream.exec(), none, none, 1.0F, a, b, 0.0F, c);
+      } else if (n <= 16) {
+        gpubatch::gemm<typename gpubatch::default_small_tile_policy<T, 90, 16>::type>(
+            stream.exec(), none, none, 1.0F, a, b, 0.0F, c);
+      } else {
+        gpubatch::gemm<typename gpubatch::default_small_tile_policy<T, 90, 32>::type>(
+            stream.exec(), none, none, 1.0F, a, b, 0.0F, c);
+      }
     });
     d.set_rates(state);
   });
@@ -142,29 +154,6 @@ void strided_tiny_kernel(benchmark::State& state) {
   });
 }
 
-/// The small tile a uniform batch of f32, f16 or bf16 takes at these sizes
-/// (default_small_tile_policy), forced on a type that still defaults to the tiny kernel.
-template <class T>
-void strided_small_tile(benchmark::State& state) {
-  bench::run_cuda_benchmark(state, [&](const gpubatch::cuda_stream& stream) {
-    device_batch<T> d(state.range(0), stream.exec());
-    const index_t n = d.n;
-    bench::time_on_device(state, stream.get(), [&] {
-      const auto a = gpubatch::matrix_batch_view<const T>(d.a.template next_as<const T>(), n, n, n, n * n, d.count, gpubatch::layout::col_major, gpubatch::memory_space::device);
-      const auto b = gpubatch::matrix_batch_view<const T>(d.b.template next_as<const T>(), n, n, n, n * n, d.count, gpubatch::layout::col_major, gpubatch::memory_space::device);
-      const auto c = gpubatch::matrix_batch_view<T>(d.c.data(), n, n, n, n * n, d.count, gpubatch::layout::col_major, gpubatch::memory_space::device);
-      if (n <= 16) {
-        gpubatch::gemm<typename gpubatch::default_small_tile_policy<T, 90, 16>::type>(
-            stream.exec(), gpubatch::op::none, gpubatch::op::none, 1.0, a, b, 0.0, c);
-      } else {
-        gpubatch::gemm<typename gpubatch::default_small_tile_policy<T, 90, 32>::type>(
-            stream.exec(), gpubatch::op::none, gpubatch::op::none, 1.0, a, b, 0.0, c);
-      }
-    });
-    d.set_rates(state);
-  });
-}
-
 void square_sizes(benchmark::internal::Benchmark* b) {
   b->ArgName("n");
   for (int n : {4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096}) b->Arg(n);
@@ -182,7 +171,7 @@ BENCHMARK(strided_cublas<float>)->Name(bench::name("gemm_f32.cuda", "cublas"))->
 BENCHMARK(strided_tiny_kernel<float>)->Name(bench::name("gemm_f32.cuda", "tiny-kernel"))->Apply(small_tile_sizes);
 BENCHMARK(strided_gpubatch<double>)->Name(bench::name("gemm_f64.cuda", bench::subject))->Apply(square_sizes);
 BENCHMARK(strided_cublas<double>)->Name(bench::name("gemm_f64.cuda", "cublas"))->Apply(square_sizes);
-BENCHMARK(strided_small_tile<double>)->Name(bench::name("gemm_f64.cuda", "small-tile"))->Apply(small_tile_sizes);
+BENCHMARK_TEMPLATE(strided_gpubatch, double, true)->Name(bench::name("gemm_f64.cuda", "small-tile"))->Apply(small_tile_sizes);
 BENCHMARK(strided_gpubatch<gpubatch::half>)->Name(bench::name("gemm_f16.cuda", bench::subject))->Apply(square_sizes);
 BENCHMARK(strided_cublas<gpubatch::half>)->Name(bench::name("gemm_f16.cuda", "cublas"))->Apply(square_sizes);
 BENCHMARK(strided_tiny_kernel<gpubatch::half>)->Name(bench::name("gemm_f16.cuda", "tiny-kernel"))->Apply(small_tile_sizes);

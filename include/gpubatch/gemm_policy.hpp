@@ -193,9 +193,10 @@ struct default_small_tile_policy {
 };
 
 /// @brief The tensor-core counterpart of default_small_tile_policy (f16, bf16, and f32 as
-/// TF32; int8 is defined for forcing, not yet a default): 16 x 16 with 1 warp, 16 blocks per SM, or 32 x 32 with 2 warps, 8 blocks; two
-/// stages of 64 bytes of K per row. int8 states half the blocks: its M/N-major staging takes
-/// twice the shared memory, which leaves room for 12 and 7 of them on sm_80.
+/// TF32; int8 is defined for forcing, not yet a default): 16 x 16 with 1 warp, 16 blocks per
+/// SM, or 32 x 32 with 2 warps, 8 blocks; two stages of 64 bytes of K per row. int8 states half
+/// the blocks: its M/N-major staging takes twice the shared memory, which leaves room for 12
+/// and 7 of them on sm_80.
 template <class T, int Arch, int Tile>
 struct default_small_tensor_core_policy {
   static_assert(Tile == 16 || Tile == 32, "gpubatch: the small tiles are 16 and 32");

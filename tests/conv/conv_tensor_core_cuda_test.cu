@@ -33,7 +33,8 @@ TEST_CASE("conv2d with user tensor-core policies", "[conv][tensor_core]") {
   using narrow = tensor_core_policy<32, 32, 32, 2, 2, 3>;  // 3 GEMMs per launch
   using deep = tensor_core_policy<128, 64, 64, 4, 4>;
   for (const tensor_layout order : layouts) {
-    for (const conv_case& cc : gpubatch::test::sampled_in_race_check(gpubatch::test::odd_layers(), 3)) {
+    for (const conv_case& cc :
+         gpubatch::test::sampled_in_race_check(gpubatch::test::odd_layers(), 3)) {
       check_conv<test_backend, gpubatch::half, float, ep::relu, narrow>(
           cc, order, filter_form::per_sample, 1.0, 0.5, ep::relu{});
       check_conv<test_backend, gpubatch::bfloat16, gpubatch::bfloat16, ep::identity, deep>(

@@ -16,6 +16,10 @@ using gpubatch::test::check_gemm;
 using gpubatch::test::gemm_case;
 using gpubatch::test::test_backend;
 using identity = gpubatch::epilogue::identity;
+
+std::vector<op> staged_ops() {
+  return gpubatch::test::unless_race_check<op>({op::none, op::transpose}, {op::none});
+}
 }  // namespace
 
 TEST_CASE("gemm f32 on TF32 tensor cores: every op and layout, edge sizes", "[gemm][tensor_core]") {
@@ -38,8 +42,8 @@ TEST_CASE("gemm on tensor cores: every layout and transpose staged asynchronousl
   // the last chunk of every dimension goes element by element; C in both layouts reads its
   // accumulator tile in the matching orientation. The race check keeps op::none: the layouts
   // alone give each operand both orientations.
-  const op op_a = GENERATE(from_range(gpubatch::test::unless_race_check<op>({op::none, op::transpose}, {op::none})));
-  const op op_b = GENERATE(from_range(gpubatch::test::unless_race_check<op>({op::none, op::transpose}, {op::none})));
+  const op op_a = GENERATE(from_range(staged_ops()));
+  const op op_b = GENERATE(from_range(staged_ops()));
   const layout la = GENERATE(layout::row_major, layout::col_major);
   const layout lb = GENERATE(layout::row_major, layout::col_major);
   const batch_form form = GENERATE(batch_form::strided, batch_form::grouped);
