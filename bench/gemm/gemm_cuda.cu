@@ -1,8 +1,8 @@
 // CUDA batched GEMM against cuBLAS, same data, same stream, device time (CUDA events).
 //
 //   gemm_<t>.cuda          strided batch, square n x n x n   vs cublasGemmStridedBatchedEx
-//                          and, at n = 8, 16, 32, the tiny-matrix kernel the default replaced
-//                          (f32, f16, bf16) or the small tile it may take next (f64)
+//                          and, at n = 8, 16, 32, the tiny-matrix kernel the default (a
+//                          small tile per problem) replaced
 //   gemm_ptr_f32.cuda      pointer-array batch                vs cublasGemmBatchedEx
 //   gemm_grouped_f16.cuda  grouped batch of random sizes      vs cublasGemmGroupedBatchedEx
 //   gemm_grouped_tiny_f16.cuda  the same, sizes 1 to 32
@@ -84,10 +84,8 @@ struct device_batch {
   }
 };
 
-/// gpubatch's dispatch; with ForceSmallTile, the small tile a uniform batch of f32, f16 or bf16
-/// takes at n = 8 to 32 (default_small_tile_policy), forced on a type that still defaults to the
-/// tiny kernel.
-template <class T, bool ForceSmallTile = false>
+/// gpubatch's dispatch.
+template <class T>
 void strided_gpubatch(benchmark::State& state) {
   bench::run_cuda_benchmark(state, [&](const gpubatch::cuda_stream& stream) {
     device_batch<T> d(state.range(0), stream.exec());
@@ -96,16 +94,7 @@ void strided_gpubatch(benchmark::State& state) {
       const auto a = gpubatch::matrix_batch_view<const T>(d.a.template next_as<const T>(), n, n, n, n * n, d.count, gpubatch::layout::col_major, gpubatch::memory_space::device);
       const auto b = gpubatch::matrix_batch_view<const T>(d.b.template next_as<const T>(), n, n, n, n * n, d.count, gpubatch::layout::col_major, gpubatch::memory_space::device);
       const auto c = gpubatch::matrix_batch_view<T>(d.c.data(), n, n, n, n * n, d.count, gpubatch::layout::col_major, gpubatch::memory_space::device);
-      constexpr gpubatch::op none = gpubatch::op::none;
-      if constexpr (!ForceSmallTile) {
-        gpubatch::gemm(stream.exec(), none, none, 1.0F, a, b, 0.0F, c);
-      } else if (n <= 16) {
-        gpubatch::gemm<typename gpubatch::default_small_tile_policy<T, 90, 16>::type>(
-            stream.exec(), none, none, 1.0F, a, b, 0.0F, c);
-      } else {
-        gpubatch::gemm<typename gpubatch::default_small_tile_policy<T, 90, 32>::type>(
-            stream.exec(), none, none, 1.0F, a, b, 0.0F, c);
-      }
+      gpubatch::gemm(stream.exec(), gpubatch::op::none, gpubatch::op::none, 1.0F, a, b, 0.0F, c);
     });
     d.set_rates(state);
   });
@@ -171,7 +160,7 @@ BENCHMARK(strided_cublas<float>)->Name(bench::name("gemm_f32.cuda", "cublas"))->
 BENCHMARK(strided_tiny_kernel<float>)->Name(bench::name("gemm_f32.cuda", "tiny-kernel"))->Apply(small_tile_sizes);
 BENCHMARK(strided_gpubatch<double>)->Name(bench::name("gemm_f64.cuda", bench::subject))->Apply(square_sizes);
 BENCHMARK(strided_cublas<double>)->Name(bench::name("gemm_f64.cuda", "cublas"))->Apply(square_sizes);
-BENCHMARK_TEMPLATE(strided_gpubatch, double, true)->Name(bench::name("gemm_f64.cuda", "small-tile"))->Apply(small_tile_sizes);
+BENCHMARK(strided_tiny_kernel<double>)->Name(bench::name("gemm_f64.cuda", "tiny-kernel"))->Apply(small_tile_sizes);
 BENCHMARK(strided_gpubatch<gpubatch::half>)->Name(bench::name("gemm_f16.cuda", bench::subject))->Apply(square_sizes);
 BENCHMARK(strided_cublas<gpubatch::half>)->Name(bench::name("gemm_f16.cuda", "cublas"))->Apply(square_sizes);
 BENCHMARK(strided_tiny_kernel<gpubatch::half>)->Name(bench::name("gemm_f16.cuda", "tiny-kernel"))->Apply(small_tile_sizes);

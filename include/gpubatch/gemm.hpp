@@ -77,8 +77,8 @@ void run_gemm(Exec exec, const Batch& batch, Compute alpha, Compute beta, const 
 /// @tparam Policy a gemm_policy (SIMT) or tensor_core_policy to force on the CUDA backend; `void`
 ///         (the default) lets the run-time heuristic pick among the compiled defaults: tensor
 ///         cores for f16, bf16 and int8 (and f32 with options.allow_tf32), SIMT for f32 and
-///         f64, the tiny-matrix kernel for problems up to 32 x 32 x 64 (uniform f32, f16 and
-///         bf16 batches of at least 8 x 8 take one problem per block on small tiles instead:
+///         f64, the tiny-matrix kernel for problems up to 32 x 32 x 64 (uniform f64, f32, f16
+///         and bf16 batches of at least 8 x 8 take one problem per block on small tiles instead:
 ///         default_small_tile_policy). Ignored by the host backend.
 /// @param exec gpubatch::on_host or gpubatch::on(stream)
 /// @param op_a, op_b whether A and B are read transposed

@@ -25,9 +25,9 @@ constexpr int register_budget(int threads, int blocks) {
 /// Element types whose uniform tiny batches default to the small tiles (measured against the
 /// tiny kernel; see default_small_tile_policy).
 template <class T>
-inline constexpr bool small_tile_default_v = std::is_same_v<T, float> ||
-                                             std::is_same_v<T, half> ||
-                                             std::is_same_v<T, bfloat16>;
+inline constexpr bool small_tile_default_v =
+    std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, half> ||
+    std::is_same_v<T, bfloat16>;
 }  // namespace detail
 
 /// @brief A GEMM tuning policy. Every member is a compile-time constant; an invalid
@@ -176,20 +176,21 @@ struct default_tensor_core_policy {
 };
 
 /// @brief The default policies of the CUDA dispatch for a uniform batch (strided or
-/// pointer-array) of f32, f16 or bf16 in the tiny size class whose problems are at least 8 x 8:
-/// one problem per block on a `Tile` x `Tile` tile of the tiled kernels, Tile 16 for problems up
-/// to 16 x 16 and 32 above. Chosen from an H200 measurement of candidate tiles against the tiny
-/// kernel (f32 on SIMT, f16 on tensor cores; n = 8, 16, 32): 0.14x to 0.91x its time. The tiny
-/// kernel keeps smaller problems, grouped batches (whose problems it packs several to a block)
-/// and f64 and int8 until they are measured; bench/gemm/gemm_cuda.cu times it as a baseline.
-/// Blocks per SM (the register budget, see gemm_policy): Tile 16, 1 warp, 16 blocks (8 for f64);
-/// Tile 32, 2 warps, 8 blocks (4 for f64); 128 registers each (f64 255).
+/// pointer-array) of f64, f32, f16 or bf16 in the tiny size class whose problems are at least
+/// 8 x 8: one problem per block on a `Tile` x `Tile` tile of the tiled kernels, Tile 16 for
+/// problems up to 16 x 16 and 32 above. Chosen from H200 measurements of candidate tiles against
+/// the tiny kernel (f32 and f64 on SIMT, f16 on tensor cores; n = 8, 16, 32): 0.14x to 0.91x its
+/// time. The tiny kernel keeps smaller problems, grouped batches (whose problems it packs several
+/// to a block) and int8 until it is measured; bench/gemm/gemm_cuda.cu times it as a baseline.
+/// Tile 16 is 1 warp with 16 blocks per SM, Tile 32 2 warps with 8 (128 registers each, see
+/// gemm_policy); a K step is 16 deep, 8 for f64 (64 bytes of a row either way: f64 with 16-deep
+/// steps and half the blocks took 1.16x the time at n = 16 and 1.05x at n = 32).
 template <class T, int Arch, int Tile>
 struct default_small_tile_policy {
   static_assert(Tile == 16 || Tile == 32, "gpubatch: the small tiles are 16 and 32");
-  static constexpr int blocks_16 = sizeof(T) > 4 ? 8 : 16;
-  using type = std::conditional_t<Tile == 16, gemm_policy<16, 16, 16, 1, 2, 1, 65535, blocks_16>,
-                                  gemm_policy<32, 32, 16, 2, 2, 1, 65535, blocks_16 / 2>>;
+  static constexpr int tile_k = sizeof(T) > 4 ? 8 : 16;
+  using type = std::conditional_t<Tile == 16, gemm_policy<16, 16, tile_k, 1, 2, 1, 65535, 16>,
+                                  gemm_policy<32, 32, tile_k, 2, 2, 1, 65535, 8>>;
 };
 
 /// @brief The tensor-core counterpart of default_small_tile_policy (f16, bf16, and f32 as

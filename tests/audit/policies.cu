@@ -86,7 +86,8 @@ template <int Arch, class T, int Tile>
 void small_tile_rows() {
   using compute = gb::compute_type_t<T>;
   using uniform = gd::strided_gemm_batch<T, T, compute>;
-  if constexpr (std::is_same_v<T, float>) {
+  // SIMT where the dispatch takes it: f32 and f64 (f16 and bf16 take tensor cores).
+  if constexpr (!gd::tensor_core::supported_v<T> || std::is_same_v<T, float>) {
     using P = typename gb::default_small_tile_policy<T, Arch, Tile>::type;
     row<P, compute>("tiled_gemm_kernel", gd::cuda_gemm::tiled_shared_bytes<P, uniform, compute>());
   }
