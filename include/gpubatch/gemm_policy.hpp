@@ -184,13 +184,17 @@ struct default_tensor_core_policy {
 /// to a block) and int8 until it is measured; bench/gemm/gemm_cuda.cu times it as a baseline.
 /// Tile 16 is 1 warp with 16 blocks per SM, Tile 32 2 warps with 8 (128 registers each, see
 /// gemm_policy); a K step is 16 deep, 8 for f64 (64 bytes of a row either way: f64 with 16-deep
-/// steps and half the blocks took 1.16x the time at n = 16 and 1.05x at n = 32).
+/// steps and half the blocks took 1.16x the time at n = 16 and 1.05x at n = 32). f64's 16 x 16
+/// tile asks for 12 blocks (168 registers): at 16 (128) ptxas spilled 8 bytes, though that took
+/// 0.85x (n = 8) and 0.92x (n = 16) the time of 12 on the H200.
 template <class T, int Arch, int Tile>
 struct default_small_tile_policy {
   static_assert(Tile == 16 || Tile == 32, "gpubatch: the small tiles are 16 and 32");
   static constexpr int tile_k = sizeof(T) > 4 ? 8 : 16;
-  using type = std::conditional_t<Tile == 16, gemm_policy<16, 16, tile_k, 1, 2, 1, 65535, 16>,
-                                  gemm_policy<32, 32, tile_k, 2, 2, 1, 65535, 8>>;
+  static constexpr int blocks_16 = sizeof(T) > 4 ? 12 : 16;
+  using type =
+      std::conditional_t<Tile == 16, gemm_policy<16, 16, tile_k, 1, 2, 1, 65535, blocks_16>,
+                         gemm_policy<32, 32, tile_k, 2, 2, 1, 65535, 8>>;
 };
 
 /// @brief The tensor-core counterpart of default_small_tile_policy (f16, bf16, and f32 as
