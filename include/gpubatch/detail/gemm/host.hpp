@@ -718,12 +718,12 @@ constexpr int square_rows_per_pass(int n, int vectors_per_row) {
 /// store path) is decided once, so a problem costs little more than its multiply-adds: the
 /// row kernel's per-problem work (pass setup, a row buffer, per-row checks) was half the time
 /// of an 8 x 8 x 8 f32 problem.
-/// While one problem is computed, the A, B and C of the one after next are prefetched, spread
-/// over its reduction steps: the hardware prefetchers alone left f64 at n = 16 in a streaming
-/// batch at 1.3x LIBXSMM's time (0.8x with it; prefetching only the next problem, 0.9x). Below
-/// 1 KiB (f32 at n = 8) the next problem is the one prefetched: two ahead measured 1.3x slower.
-/// A problem of up to 16 KiB goes to L1, a larger one to L2 only, where it does not evict the
-/// problem being computed.
+/// Nothing is prefetched in software; the hardware prefetchers follow a batch's operands.
+/// Prefetching the problem after next (into L1, or L2 for problems over 16 KiB) measured 1.2x
+/// to 2x slower than none at n = 8 and 16 on batches far beyond L2 (a 2-core slice of an AMD
+/// EPYC with AVX-512), and no faster at 32 and 64 or on L2-resident batches; prefetching into L2
+/// only, or four to eight problems ahead, did not close the gap. Non-temporal stores of C
+/// (beta = 0), which spare reading its lines first, measured within the noise of plain ones.
 /// `Packed`: every leading dimension is N, known at compile time, so all of a problem's
 /// addresses are one base register plus a constant (16 row pointers of A took most of the
 /// general registers and cost 1.4x at n = 16).
@@ -742,15 +742,6 @@ __attribute__((noinline)) void square_run(const Batch& batch, index_t first, ind
   using vec = typename vector_of<Compute, vec_bytes>::type;
   using TC = typename batch_types<Batch>::c;
   constexpr bool vector_store = plain_store<Batch, Compute, Epilogue>;
-  // The prefetched problem's cache lines, one of each operand every `spacing` reduction steps.
-  constexpr int line_elements = 64 / static_cast<int>(sizeof(Compute));
-  constexpr int lines_per_row = N > line_elements ? N / line_elements : 1;
-  constexpr int lines = N * lines_per_row;  // per operand
-  // Reduction steps between prefetches, spreading them over the whole problem.
-  constexpr int spacing = N / R > lines_per_row ? N / R / lines_per_row : 1;
-  constexpr int problem_bytes = 3 * N * N * static_cast<int>(sizeof(Compute));
-  constexpr int locality = problem_bytes <= 16 * 1024 ? 3 : 2;
-  constexpr index_t distance = problem_bytes < 1024 ? 1 : 2;  // problems ahead
   const vec alpha_v = splat<vec>(alpha);
   [[maybe_unused]] const vec beta_v = splat<vec>(beta);
   // A copy of the batch description, which the compiler keeps in registers: read through the
@@ -758,7 +749,6 @@ __attribute__((noinline)) void square_run(const Batch& batch, index_t first, ind
   const Batch local = batch;
   for (index_t i = first; i < last; ++i) {
     const auto p = local.problem(i);
-    const auto next = local.problem(std::min(i + distance, last - 1));
     const index_t a_ld = Packed ? N : p.a.stride.row;
     const index_t b_ld = Packed ? N : p.b.stride.row;
     const index_t c_ld = Packed ? N : p.c.stride.row;
@@ -770,14 +760,6 @@ __attribute__((noinline)) void square_run(const Batch& batch, index_t first, ind
       vec acc[R][V];
       GPUBATCH_HOST_UNROLL(64)
       for (int q = 0; q < N; ++q) {
-        const int line = (i0 / R * N + q) / spacing;
-        if (q % spacing == 0 && line < lines) {
-          const int row = line / lines_per_row;
-          const int offset = line % lines_per_row * line_elements;
-          __builtin_prefetch(next.a.data + row * a_ld + offset, 0, locality);
-          __builtin_prefetch(next.b.data + row * b_ld + offset, 0, locality);
-          __builtin_prefetch(next.c.data + row * c_ld + offset, 1, locality);
-        }
         vec bq[V];
         GPUBATCH_HOST_UNROLL(8)
         for (int v = 0; v < V; ++v) {
