@@ -238,10 +238,19 @@ def read_results(path: Path) -> ResultFile:
     for (group_name, x), by_impl in labels.items():
         groups[group_name].names[x] = _common_label(by_impl)
 
-    for group in groups.values():  # the subject first, baselines in registration order
-        group.impls.sort(key=lambda i: i != SUBJECT)
-    return ResultFile(path, executable, machine, data.get("context", {}), list(groups.values()),
-                      unconventional)
+    # Sorted, so that a document renders the same whatever order a run reported its results in
+    # (with random interleaving that order changes from run to run): groups by name, numbers in
+    # names by value; the subject first, then the baselines by name.
+    for group in groups.values():
+        group.impls.sort(key=lambda i: (i != SUBJECT, i))
+    ordered = sorted(groups.values(), key=lambda g: _natural_key(g.name))
+    return ResultFile(path, executable, machine, data.get("context", {}), ordered, unconventional)
+
+
+def _natural_key(text: str) -> list:
+    """Orders 'batch:32' before 'batch:256': runs of digits compare as numbers."""
+    return [(0, int(part), "") if part.isdigit() else (1, 0, part)
+            for part in re.split(r"(\d+)", text) if part]
 
 
 # --------------------------------------------------------------------------------------------

@@ -5,7 +5,8 @@ Checked: a categorical x (the conv benchmarks' layer:<index>) is printed by its 
 the plot's evenly spaced, linear x axis; a size x keeps its log axis and its printed values;
 every figure's suptitle names the machine and the commit; a group with no baseline, with no
 gpubatch, or whose baseline called SkipWithError gets no ratio column and says why; ratios are
-gpubatch time / baseline time. The plot checks need matplotlib; "tables" leaves them out.
+gpubatch time / baseline time; the document is the same whatever order the results were reported
+in. The plot checks need matplotlib; "tables" leaves them out.
 
 Usage: python3 render_benchmarks_test.py <path of render_benchmarks.py> [tables|all]
 """
@@ -131,6 +132,17 @@ class Tables(Fixture):
         self.assertEqual(rb.fmt_ratio(0.0123), "0.01")
         self.assertEqual(rb.fmt_ratio(0.00287), "0.0029")
         self.assertEqual(rb.fmt_ratio(0.0012), "0.0012")
+
+    def test_document_does_not_depend_on_the_order_results_were_reported_in(self):
+        # With random interleaving Google Benchmark reports each run's results in a new order.
+        first = self.render(False)
+        for name, data in results().items():
+            data["benchmarks"].reverse()
+            (self.root / "results" / name).write_text(json.dumps(data))
+        self.assertEqual(self.render(False), first)
+        headings = [line for line in first.splitlines() if line.startswith("### ")]
+        self.assertLess(headings.index("### conv2d_alone_f16_nhwc.cuda"),
+                        headings.index("### conv2d_f16_nhwc.cuda [batch:32]"))
 
     def test_group_without_baseline_says_so(self):
         lines = self.section(self.render(False), "conv2d_alone_f16_nhwc.cuda")
