@@ -9,6 +9,10 @@
 //                          oneDNN picks (format_tag::any), reordered from KRSC once, untimed;
 //                          and vs per sample and group: im2col into (P * Q) x (R * S * C/g),
 //                          then sgemm cols * W_g^T
+//   conv2d_f32_nhwc_packed_filters.host
+//                          gpubatch::conv2d(on_host) with gpubatch::packed_conv2d_filters made
+//                          once, untimed (as oneDNN's weights are reordered once)  vs  oneDNN as
+//                          above
 //
 // The baselines run across every core: oneDNN's threads; the OpenMP threads for im2col and
 // OpenBLAS's for sgemm. The x axis ("layer") indexes resnet50_layers() then the depthwise
@@ -20,6 +24,7 @@
 #include "support/harness.hpp"
 
 #include <gpubatch/conv.hpp>
+#include <gpubatch/conv_filters.hpp>
 
 #include <benchmark/benchmark.h>
 
@@ -27,6 +32,7 @@
 #include <cmath>
 #include <cstddef>
 #include <limits>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -107,14 +113,24 @@ void finish(benchmark::State& state, const conv_layer& l) {
   bench::set_rates(state, l.flops(batch), l.bytes(batch, sizeof(float)));
 }
 
-void conv_host_gpubatch(benchmark::State& state, tensor_layout order) {
+/// `packed_filters`: the filters prepared once (packed_conv2d_filters), outside the timing.
+void conv_host_gpubatch(benchmark::State& state, tensor_layout order, bool packed_filters) {
   bench::run_host_benchmark(state, [&] {
     layer_data d(host_layers()[static_cast<std::size_t>(state.range(0))]);
     const gpubatch::tensor4d_view<const float> x(d.x.data(), d.xs.n, d.xs.c, d.xs.h, d.xs.w, order);
     const gpubatch::tensor4d_view<const float> w(d.w.data(), d.ws.n, d.ws.c, d.ws.h, d.ws.w, order);
     const gpubatch::tensor4d_view<float> y(d.y.data(), d.ys.n, d.ys.c, d.ys.h, d.ys.w, order);
-    const auto run = [&] { gpubatch::conv2d(gpubatch::on_host, d.layer.params, 1.0F, x, w, 0.0F, y); };
+    std::optional<gpubatch::packed_conv2d_filters<float>> packed;
+    if (packed_filters) packed.emplace(gpubatch::on_host, d.layer.params, w);
+    const auto run = [&] {
+      if (packed) {
+        gpubatch::conv2d(gpubatch::on_host, d.layer.params, 1.0F, x, *packed, 0.0F, y);
+      } else {
+        gpubatch::conv2d(gpubatch::on_host, d.layer.params, 1.0F, x, w, 0.0F, y);
+      }
+    };
     run();  // warm-up: scratch buffers, first touch of y
+    if (packed_filters) check_against_gpubatch(d, order, "gpubatch with packed filters");
     for (auto _ : state) {
       run();
       benchmark::DoNotOptimize(d.y.data());
@@ -284,21 +300,26 @@ void register_all() {
   const struct {
     const char* group;
     tensor_layout order;
-  } groups[] = {{"conv2d_f32_nchw.host", tensor_layout::nchw},
-                {"conv2d_f32_nhwc.host", tensor_layout::nhwc}};
+    bool packed_filters;
+  } groups[] = {{"conv2d_f32_nchw.host", tensor_layout::nchw, false},
+                {"conv2d_f32_nhwc.host", tensor_layout::nhwc, false},
+                {"conv2d_f32_nhwc_packed_filters.host", tensor_layout::nhwc, true}};
   for (const auto& g : groups) {
     const tensor_layout order = g.order;
+    const bool packed = g.packed_filters;
     auto* subject = benchmark::RegisterBenchmark(
         bench::name(g.group, bench::subject).c_str(),
-        [order](benchmark::State& s) { conv_host_gpubatch(s, order); });
+        [order, packed](benchmark::State& s) { conv_host_gpubatch(s, order, packed); });
     subject->ArgName("layer")->UseRealTime()->Unit(benchmark::kMillisecond);
     bench::layer_args(subject, host_layers());
 #if GPUBATCH_BENCH_OPENBLAS
-    auto* baseline = benchmark::RegisterBenchmark(
-        bench::name(g.group, "openblas_im2col").c_str(),
-        [order](benchmark::State& s) { conv_host_openblas(s, order); });
-    baseline->ArgName("layer")->UseRealTime()->Unit(benchmark::kMillisecond);
-    bench::layer_args(baseline, host_layers());
+    if (!packed) {
+      auto* baseline = benchmark::RegisterBenchmark(
+          bench::name(g.group, "openblas_im2col").c_str(),
+          [order](benchmark::State& s) { conv_host_openblas(s, order); });
+      baseline->ArgName("layer")->UseRealTime()->Unit(benchmark::kMillisecond);
+      bench::layer_args(baseline, host_layers());
+    }
 #endif
 #if GPUBATCH_BENCH_ONEDNN
     if (order == tensor_layout::nhwc) {

@@ -49,15 +49,22 @@ GPUBATCH_NAMESPACE_BEGIN
 namespace detail::conv {
 using detail::scalar_t;
 
+/// `prepacked` (host backend, uniform batches): the filters packed by pack_conv2d_filters.
 template <class Policy, class Exec, class Batch, class Compute, class Epilogue>
 void run(Exec exec, const Batch& batch, Compute alpha, Compute beta, const Epilogue& epilogue,
-         const conv2d_options& options) {
+         const conv2d_options& options,
+         const host_conv::gemm_filters<Compute>* prepacked = nullptr) {
   if constexpr (is_cuda_exec_v<Exec>) {
+    (void)prepacked;  // the CUDA kernels read the filters where they lie
 #if GPUBATCH_CUDA_COMPILER
     cuda_conv::dispatch<Policy>(exec.stream(), batch, alpha, beta, epilogue, options);
 #endif
-  } else {
+  } else if constexpr (Batch::uniform) {
     (void)options;  // no workspace and no TF32 on the host: it always computes in f32
+    host_conv::run(exec, batch, alpha, beta, epilogue, prepacked);
+  } else {
+    (void)options;
+    (void)prepacked;
     host_conv::run(exec, batch, alpha, beta, epilogue);
   }
 }
@@ -66,7 +73,8 @@ template <class Policy, class Exec, class TX, class TW, class TY, class Epilogue
 void conv2d_uniform(Exec exec, const conv2d_params& params, scalar_t<TX> alpha,
                     const tensor4d_view<TX>& x, const tensor4d_view<TW>& w, scalar_t<TX> beta,
                     const tensor4d_view<TY>& y, const Epilogue& epilogue,
-                    const conv2d_options& options, bool per_sample) {
+                    const conv2d_options& options, bool per_sample,
+                    const host_conv::gemm_filters<scalar_t<TX>>* prepacked = nullptr) {
   static_assert(is_execution_v<Exec>, "gpubatch::conv2d: the first argument must be an execution "
                                       "argument (gpubatch::on_host or gpubatch::on(stream))");
   require_cuda_compiler<Exec>();
@@ -80,7 +88,7 @@ void conv2d_uniform(Exec exec, const conv2d_params& params, scalar_t<TX> alpha,
   }
   const fprop_batch<X, W, TY> batch{geo, x.data(), w.data(), y.data(), per_sample};
   check_epilogue(exec, epilogue, "epilogue");
-  run<Policy>(exec, batch, alpha, beta, epilogue, options);
+  run<Policy>(exec, batch, alpha, beta, epilogue, options, prepacked);
 }
 }  // namespace detail::conv
 

@@ -6,6 +6,7 @@
 #include <gpubatch/containers.hpp>
 #include <gpubatch/conv.hpp>
 #include <gpubatch/conv_backward.hpp>
+#include <gpubatch/conv_filters.hpp>
 #include <gpubatch/conv_policy.hpp>
 #include <gpubatch/conv_problem.hpp>
 #include <gpubatch/epilogue.hpp>

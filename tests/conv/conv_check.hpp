@@ -6,6 +6,7 @@
 #pragma once
 
 #include <gpubatch/conv.hpp>
+#include <gpubatch/conv_filters.hpp>
 
 #include "../support/catch.hpp"
 
@@ -212,6 +213,34 @@ void integral_scalars(double& alpha, double& beta) {
   }
 }
 
+/// A case's inputs and initial output in Backend's memory, stored in `order`, with views.
+template <class Backend, class TX, class TY>
+struct conv_tensors {
+  tensor4d_shape ws, ys;
+  device_buffer<TX> dx, dw;
+  device_buffer<TY> dy;
+  tensor4d_view<const TX> x, w;
+  tensor4d_view<TY> y;
+
+  conv_tensors(const conv_case& cc, tensor_layout order, const conv_data<TX, TY>& data)
+      : ws{cc.w_shape().n * data.sets, cc.w_shape().c, cc.w_shape().h, cc.w_shape().w},
+        ys(cc.y_shape()),
+        dx(data.x.size(), Backend::exec()),
+        dw(data.w.size(), Backend::exec()),
+        dy(data.y0.size(), Backend::exec()),
+        x(dx.data(), cc.n, cc.c, cc.h, cc.w, order, Backend::space),
+        w(dw.data(), ws.n, ws.c, ws.h, ws.w, order, Backend::space),
+        y(dy.data(), ys.n, ys.c, ys.h, ys.w, order, Backend::space) {
+    Backend::from_host(dx.data(), store_as(order, cc.x_shape(), data.x));
+    Backend::from_host(dw.data(), store_as(order, ws, data.w));
+    Backend::from_host(dy.data(), store_as(order, ys, data.y0));
+  }
+  /// y in logical order.
+  std::vector<double> output(tensor_layout order) const {
+    return load_from(order, ys, Backend::to_host(dy.data(), static_cast<std::size_t>(ys.size())));
+  }
+};
+
 /// Runs one case on Backend in `order` and checks it; returns the output in logical order.
 /// `reference_epilogue` (if given) is the host-memory twin of `epilogue` for the reference.
 /// `Policy` is passed through to the convolution; with `workspace_bytes`, the workspace size
@@ -230,18 +259,10 @@ std::vector<double> check_conv(const conv_case& cc, tensor_layout order,
                     << ", alpha " << alpha << ", beta " << beta << ", " << Backend::name);
   const auto exec = Backend::exec();
   const conv_data<TX, TY> data(cc, form, beta);
-  tensor4d_shape ws = cc.w_shape();
-  ws.n *= data.sets;
-  const tensor4d_shape ys = cc.y_shape();
-
-  device_buffer<TX> dx(data.x.size(), exec), dw(data.w.size(), exec);
-  device_buffer<TY> dy(data.y0.size(), exec);
-  Backend::from_host(dx.data(), store_as(order, cc.x_shape(), data.x));
-  Backend::from_host(dw.data(), store_as(order, ws, data.w));
-  Backend::from_host(dy.data(), store_as(order, ys, data.y0));
-  const tensor4d_view<const TX> vx(dx.data(), cc.n, cc.c, cc.h, cc.w, order, Backend::space);
-  const tensor4d_view<const TX> vw(dw.data(), ws.n, ws.c, ws.h, ws.w, order, Backend::space);
-  const tensor4d_view<TY> vy(dy.data(), ys.n, ys.c, ys.h, ys.w, order, Backend::space);
+  const conv_tensors<Backend, TX, TY> t(cc, order, data);
+  const tensor4d_shape ys = t.ys;
+  const auto &vx = t.x, &vw = t.w;
+  const auto& vy = t.y;
   const auto a = static_cast<compute>(alpha);
   const auto b = static_cast<compute>(beta);
   conv2d_options options;
@@ -258,7 +279,7 @@ std::vector<double> check_conv(const conv_case& cc, tensor_layout order,
   } else {
     conv2d_per_sample<Policy>(exec, cc.params, a, vx, vw, b, vy, epilogue, options);
   }
-  const std::vector<double> got = load_from(order, ys, Backend::to_host(dy.data(), data.y0.size()));
+  const std::vector<double> got = t.output(order);
   const Epilogue& ref_epi = reference_epilogue != nullptr ? *reference_epilogue : epilogue;
   // TF32 rounds inputs to 11 significant bits (unit roundoff 4.9e-4), like f16.
   const bool tf32 = allow_tf32 && std::is_same_v<TX, float> && Backend::space == memory_space::device;
@@ -294,6 +315,29 @@ void check_per_sample_equals_loop(const conv_case& cc, tensor_layout order) {
   const auto loop = load_from(order, ys, Backend::to_host(looped.data(), data.y0.size()));
   compare(got, loop, output_tolerance<TY>(), ys);
   compare(got, data.expected(cc, 1.0, 0.0, epilogue::identity{}), output_tolerance<TY>(), ys);
+}
+
+/// Filters packed once (packed_conv2d_filters) give the results of the filters they were made
+/// from, in two calls on one object (alpha and beta, then beta = 0 over a poisoned output), and
+/// are a snapshot: the original filters are overwritten with other values after packing.
+template <class Backend, class TX, class TY>
+void check_packed_filters(const conv_case& cc, tensor_layout order) {
+  using compute = compute_type_t<TX>;
+  double alpha = 0.75, beta = 0.5;
+  integral_scalars<TX>(alpha, beta);
+  INFO(describe(cc) << ", " << gpubatch::to_string(order) << ", packed filters, " << Backend::name);
+  const auto exec = Backend::exec();
+  const conv_data<TX, TY> data(cc, filter_form::shared, beta);
+  conv_tensors<Backend, TX, TY> t(cc, order, data);
+  const packed_conv2d_filters<TX> packed(exec, cc.params, t.w);
+  Backend::from_host(t.dw.data(), random_inputs<TX>(data.w.size(), 4242));  // not what was packed
+  conv2d(exec, cc.params, static_cast<compute>(alpha), t.x, packed, static_cast<compute>(beta), t.y);
+  compare(t.output(order), data.expected(cc, alpha, beta, epilogue::identity{}),
+          output_tolerance<TY>(), t.ys);
+  Backend::from_host(t.dy.data(), std::vector<TY>(data.y0.size(), poison_value<TY>()));
+  conv2d(exec, cc.params, compute(1), t.x, packed, compute(0), t.y);
+  compare(t.output(order), data.expected(cc, 1.0, 0.0, epilogue::identity{}),
+          output_tolerance<TY>(), t.ys);
 }
 
 /// One grouped call over differently shaped problems (each its own filters), each checked.

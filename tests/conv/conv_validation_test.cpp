@@ -1,6 +1,7 @@
 // Convolution argument validation: each bad input raises invalid_argument naming the parameter,
 // before anything is touched; the output-shape helper; empty problems are no-ops.
 #include <gpubatch/conv.hpp>
+#include <gpubatch/conv_filters.hpp>
 
 #include "../support/catch.hpp"
 #include "../support/require_invalid.hpp"
@@ -125,6 +126,42 @@ TEST_CASE("conv2d rejects tensors in the wrong layout or memory space", "[conv][
   require_invalid("options.workspace", [&] { gpubatch::conv2d(host, conv2d_params{}, 1.0F, x, w, 0.0F, y, gpubatch::epilogue::identity{}, no_workspace); });
   CHECK(t.y_untouched());
   CHECK(gpubatch::conv2d_workspace_size(host, conv2d_params{}, x, w, y) == 0);
+}
+
+TEST_CASE("packed_conv2d_filters rejects bad filters and calls that do not match them", "[conv][validation]") {
+  tensors t;
+  const auto host = gpubatch::on_host;
+  const auto groups2 = conv2d_params{}.with_groups(2);
+  require_invalid("params.groups", "at least 1", [&] {
+    gpubatch::packed_conv2d_filters<float>(host, conv2d_params{}.with_groups(0), t.vw(4, 2, 3, 3));
+  });
+  require_invalid("w", "multiple of groups", [&] {
+    gpubatch::packed_conv2d_filters<float>(host, groups2, t.vw(3, 2, 3, 3));
+  });
+  const tensor4d_view<const float> w_dev(t.w.data(), 4, 2, 3, 3, tensor_layout::nchw,
+                                         gpubatch::memory_space::device);
+  require_invalid("w", [&] { gpubatch::packed_conv2d_filters<float>(host, groups2, w_dev); });
+
+  // Filters for 2 groups of 2 channels: 4 filters of 2 x 3 x 3, over a 4-channel input.
+  const gpubatch::packed_conv2d_filters<float> packed(host, groups2, t.vw(4, 2, 3, 3));
+  CHECK(packed.groups() == 2);
+  CHECK(packed.view().n() == 4);
+  CHECK(packed.view().c() == 2);
+  CHECK(packed.view().order() == tensor_layout::nchw);
+  const auto x = t.vx(1, 4, 6, 6);
+  require_invalid("w", "groups = 2", [&] {
+    gpubatch::conv2d(host, conv2d_params{}.with_groups(4), 1.0F, t.vx(1, 8, 6, 6), packed, 0.0F, t.vy(1, 4, 4, 4));
+  });
+  tensors nhwc;
+  nhwc.order = tensor_layout::nhwc;
+  require_invalid("w", "must be KRSC", [&] {
+    gpubatch::conv2d(host, groups2, 1.0F, nhwc.vx(1, 4, 6, 6), packed, 0.0F, nhwc.vy(1, 4, 4, 4));
+  });
+  require_invalid("y", [&] { gpubatch::conv2d(host, groups2, 1.0F, x, packed, 0.0F, t.vy(1, 4, 5, 5)); });
+  CHECK(t.y_untouched());
+  CHECK(nhwc.y_untouched());
+  gpubatch::conv2d(host, groups2, 1.0F, x, packed, 0.0F, t.vy(1, 4, 4, 4));
+  CHECK(t.y[0] == 18.0F);  // every filter sums 2 x 3 x 3 products of ones
 }
 
 TEST_CASE("conv2d with N, K or C = 0 touches nothing; beta = 0 never reads y", "[conv][validation]") {

@@ -949,34 +949,66 @@ void gemm_block(const fprop_gemm<TX, TW, TY>& g, const Compute* packed_b, bool f
   }
 }
 
-/// The implicit GEMMs of a batch; pack_strip(i, j0, cols, out) writes columns [j0, j0 + cols)
-/// of problem i's filter matrix (all gemm_k steps) as one NR-column strip, k-major.
-template <class Compute, class TX, class TW, class TY, class Epilogue, class PackStrip>
+/// A uniform batch's implicit-GEMM filters in the micro-kernel's NR-column strips (every
+/// problem's back to back), and whether each problem's are all finite: only then may a
+/// sample-minor block skip the padding's products, as the zeros times a filter of inf or NaN
+/// would not be zero.
+template <class Compute>
+struct gemm_filters {
+  std::unique_ptr<Compute[]> strips;
+  std::unique_ptr<bool[]> finite;  ///< per problem
+};
+
+/// Whether `run` takes a layer of this geometry to the implicit GEMM (else depthwise or direct).
+template <class Compute>
+bool takes_implicit_gemm(const conv::conv2d_geometry& geo) {
+  return geo.cg() != 1 && 2 * geo.kg() >= host_gemm::tuning<Compute>::nr;
+}
+
+/// Packs a batch's implicit-GEMM filters; pack_strip(i, j0, cols, out) writes columns
+/// [j0, j0 + cols) of problem i's filter matrix (all gemm_k steps) as one NR-column strip,
+/// k-major. A strip per task: a layer with one group and large filters (3x3 x 512 x 512:
+/// 9 MiB) is packed by every thread, not by one.
+template <class Compute, class TX, class TW, class TY, class PackStrip>
+gemm_filters<Compute> pack_gemm_filters(host_exec exec, const fprop_batch<TX, TW, TY>& batch,
+                                        const PackStrip& pack_strip) {
+  constexpr int nr = host_gemm::tuning<Compute>::nr;
+  const index_t count = batch.count();
+  const index_t gn = batch.geo.kg(), gk = batch.geo.gemm_k();
+  const index_t strips = ceil_div(gn, nr);
+  const index_t packed_size = strips * nr * gk;
+  gemm_filters<Compute> packed{uninitialised<Compute>(count * packed_size), uninitialised<bool>(count)};
+  const auto strip_finite = uninitialised<bool>(count * strips);
+  host_parallel_for(exec, count * strips, schedule::uniform, [&](index_t task) {
+    const index_t i = task / strips, strip = task % strips;
+    Compute* const out = packed.strips.get() + i * packed_size + strip * nr * gk;
+    pack_strip(i, strip * nr, std::min<index_t>(nr, gn - strip * nr), out);
+    strip_finite[task] = all_finite(out, nr * gk);
+  });
+  for (index_t i = 0; i < count; ++i) {
+    packed.finite[i] = std::all_of(strip_finite.get() + i * strips,
+                                   strip_finite.get() + (i + 1) * strips, [](bool f) { return f; });
+  }
+  return packed;
+}
+
+/// A batch's implicit-GEMM filters as stored (filter matrices K/g x gemm_k, rows contiguous).
+template <class Compute, class TX, class TW, class TY>
+gemm_filters<Compute> pack_gemm_filters(host_exec exec, const fprop_batch<TX, TW, TY>& batch) {
+  const index_t gk = batch.geo.gemm_k();
+  return pack_gemm_filters<Compute>(exec, batch, [&](index_t i, index_t j0, index_t cols, Compute* out) {
+    host_gemm::pack_b<Compute>(matrix_ref<const TW>{batch.problem(i).w, {1, gk}}, gk, j0, cols, out);
+  });
+}
+
+/// The implicit GEMMs of a batch on filters pack_gemm_filters packed for it.
+template <class Compute, class TX, class TW, class TY, class Epilogue>
 void implicit_gemm(host_exec exec, const fprop_batch<TX, TW, TY>& batch, Compute alpha,
-                   Compute beta, const Epilogue& epilogue, const PackStrip& pack_strip) {
+                   Compute beta, const Epilogue& epilogue, const gemm_filters<Compute>& filters) {
   constexpr int nr = host_gemm::tuning<Compute>::nr;
   const index_t count = batch.count();
   const index_t gm = batch.gemm_m(), gn = batch.geo.kg(), gk = batch.geo.gemm_k();
-  // Every implicit GEMM's filters packed once into the micro-kernel's NR-column strips, a strip
-  // per task: a layer with one group and large filters (3x3 x 512 x 512: 9 MiB) is packed by
-  // every thread, not by one.
-  const index_t strips = ceil_div(gn, nr);
-  const index_t packed_size = strips * nr * gk;
-  const auto packed = uninitialised<Compute>(count * packed_size);
-  // Whether each strip's filters are all finite: only then may a sample-minor block skip the
-  // padding's products, as the zeros times a filter of inf or NaN would not be zero.
-  const auto finite = uninitialised<bool>(count * strips);
-  host_parallel_for(exec, count * strips, schedule::uniform, [&](index_t task) {
-    const index_t i = task / strips, strip = task % strips;
-    Compute* const out = packed.get() + i * packed_size + strip * nr * gk;
-    pack_strip(i, strip * nr, std::min<index_t>(nr, gn - strip * nr), out);
-    finite[task] = all_finite(out, nr * gk);
-  });
-  const auto problem_finite = uninitialised<bool>(count);
-  for (index_t i = 0; i < count; ++i) {
-    problem_finite[i] = std::all_of(finite.get() + i * strips, finite.get() + (i + 1) * strips,
-                                    [](bool f) { return f; });
-  }
+  const index_t packed_size = ceil_div(gn, nr) * nr * gk;
   const index_t mc = std::min<index_t>(host_gemm::tuning<Compute>::mc, gm);
   const index_t nc = std::min<index_t>(blocking::nc, ceil_div(gn, nr) * nr);
   const index_t m_blocks = ceil_div(gm, mc), n_blocks = ceil_div(gn, nc);
@@ -985,37 +1017,37 @@ void implicit_gemm(host_exec exec, const fprop_batch<TX, TW, TY>& batch, Compute
   host_parallel_for(exec, count * per_problem, schedule::dynamic, [&](index_t task) {
     const index_t i = task / per_problem, block = task % per_problem;
     const index_t i0 = (block % m_blocks) * mc, j0 = (block / m_blocks) * nc;
-    gemm_block(batch.problem(i), packed.get() + i * packed_size + j0 * gk, problem_finite[i], i0,
-               std::min(mc, gm - i0), j0, std::min(nc, gn - j0), alpha, beta, epilogue);
+    gemm_block(batch.problem(i), filters.strips.get() + i * packed_size + j0 * gk,
+               filters.finite[i], i0, std::min(mc, gm - i0), j0, std::min(nc, gn - j0), alpha,
+               beta, epilogue);
   });
 }
 
-/// The implicit GEMMs of a batch, its filters read as stored.
-template <class Compute, class TX, class TW, class TY, class Epilogue>
+/// The implicit GEMMs of a batch, its filters packed by pack_strip (see pack_gemm_filters).
+template <class Compute, class TX, class TW, class TY, class Epilogue, class PackStrip>
 void implicit_gemm(host_exec exec, const fprop_batch<TX, TW, TY>& batch, Compute alpha,
-                   Compute beta, const Epilogue& epilogue) {
-  const index_t gk = batch.geo.gemm_k();
-  implicit_gemm(exec, batch, alpha, beta, epilogue,
-                [&](index_t i, index_t j0, index_t cols, Compute* out) {
-                  host_gemm::pack_b<Compute>(matrix_ref<const TW>{batch.problem(i).w, {1, gk}},
-                                             gk, j0, cols, out);
-                });
+                   Compute beta, const Epilogue& epilogue, const PackStrip& pack_strip) {
+  implicit_gemm(exec, batch, alpha, beta, epilogue, pack_gemm_filters<Compute>(exec, batch, pack_strip));
 }
 
 /// One uniform convolution (shared or per-sample filters) on the best path for its shape.
+/// `prepacked`: the batch's implicit-GEMM filters, packed by an earlier pack_gemm_filters (shared
+/// filters packed once for many calls), or null to pack them in this call.
 template <class Compute, class TX, class TW, class TY, class Epilogue>
 void run(host_exec exec, const fprop_batch<TX, TW, TY>& batch, Compute alpha, Compute beta,
-         const Epilogue& epilogue) {
+         const Epilogue& epilogue, const gemm_filters<Compute>* prepacked = nullptr) {
   const auto& geo = batch.geo;
   if (geo.n == 0 || geo.k == 0 || geo.gemm_k() == 0 || geo.pixels() == 0) {
     return;
   }
   if (geo.cg() == 1) {
     depthwise(exec, batch, alpha, beta, epilogue);
-  } else if (2 * geo.kg() < host_gemm::tuning<Compute>::nr) {
+  } else if (!takes_implicit_gemm<Compute>(geo)) {
     direct(exec, batch, alpha, beta, epilogue);
+  } else if (prepacked != nullptr) {
+    implicit_gemm(exec, batch, alpha, beta, epilogue, *prepacked);
   } else {
-    implicit_gemm(exec, batch, alpha, beta, epilogue);
+    implicit_gemm(exec, batch, alpha, beta, epilogue, pack_gemm_filters<Compute>(exec, batch));
   }
 }
 

@@ -1,0 +1,168 @@
+/// @file conv_filters.hpp
+/// @brief Filters prepared once for many forward convolutions: packed_conv2d_filters copies a
+/// layer's filters and, on the host backend, lays them out for its implicit GEMM, so every
+/// conv2d given the object skips the packing a call with a plain filter view does (the
+/// counterpart of oneDNN's weight reorder). What conv2d computes is unchanged.
+#pragma once
+
+#include <gpubatch/containers.hpp>
+#include <gpubatch/conv.hpp>
+#include <gpubatch/error.hpp>
+#include <gpubatch/execution.hpp>
+#include <gpubatch/numeric.hpp>
+#include <gpubatch/views.hpp>
+
+#include <cstring>
+#include <string>
+#include <type_traits>
+
+GPUBATCH_NAMESPACE_BEGIN
+
+template <class T>
+class packed_conv2d_filters;
+
+namespace detail::conv {
+/// What conv2d reads from packed filters beyond their public view.
+struct packed_filters_access {
+  template <class T>
+  static const host_conv::gemm_filters<scalar_t<T>>* host(const packed_conv2d_filters<T>& f) {
+    return f.host_packed_ ? &f.host_ : nullptr;
+  }
+};
+}  // namespace detail::conv
+
+/// @brief A convolution layer's filters, copied and prepared once for the backend that will
+/// run it, for any number of conv2d calls with the same filters (inference, or the forward
+/// passes between two weight updates).
+///
+/// The object holds a snapshot: changing or freeing the original filters after construction
+/// changes nothing here, on both backends. On the host backend it also holds the filters in
+/// the implicit GEMM's layout (layers that are not depthwise and have enough output channels
+/// per group), another copy's worth of memory; the CUDA backend reads its copy in place.
+/// It serves x and y of any extent, batch size and padding, stride and dilation, in the
+/// layout it was made from, with the groups it was made for.
+///
+/// On the CUDA backend the copy is made on exec's stream: use the object on that stream, or
+/// order other streams after it.
+///
+/// @tparam T the filters' element type (float, half, bfloat16, std::int8_t or double)
+template <class T>
+class packed_conv2d_filters {
+  static_assert(!std::is_const_v<T>, "gpubatch::packed_conv2d_filters: name the element type "
+                                     "without const");
+
+ public:
+  using value_type = T;
+
+  /// @brief Copies and prepares filters `w` (K x C/groups x R x S, KCRS or KRSC) for the
+  /// convolutions of `params.groups` groups that `exec`'s backend will run.
+  /// @param exec gpubatch::on_host or gpubatch::on(stream): the backend that will use them
+  /// @param params only `groups` matters here; every conv2d given the object must have the same
+  /// @param w the filters, in memory `exec`'s backend can access
+  /// @throws invalid_argument "params.groups" below 1; "w" if K is not a multiple of groups
+  ///         or the filters lie in memory the backend cannot access
+  /// @throws out_of_memory if the copy cannot be allocated; cuda_error if the copy fails
+  template <class Exec>
+  packed_conv2d_filters(Exec exec, const conv2d_params& params, const tensor4d_view<const T>& w)
+      : copy_(static_cast<std::size_t>(checked_size(exec, params, w)), exec),
+        shape_{w.n(), w.c(), w.h(), w.w()},
+        order_(w.order()),
+        groups_(params.groups) {
+    detail::require_cuda_compiler<Exec>();
+    const std::size_t bytes = static_cast<std::size_t>(w.size()) * sizeof(T);
+    if (bytes == 0) {
+      return;
+    }
+    if constexpr (is_cuda_exec_v<Exec>) {
+#if GPUBATCH_CUDA_COMPILER
+      GPUBATCH_CUDA_TRY(cudaMemcpyAsync(copy_.data(), w.data(), bytes, cudaMemcpyDefault, exec.stream()));
+#endif
+    } else {
+      std::memcpy(copy_.data(), w.data(), bytes);
+      pack_for_host(exec);
+    }
+  }
+
+  /// @brief The copy, K x C/groups x R x S in the layout it was made from.
+  [[nodiscard]] tensor4d_view<const T> view() const {
+    return tensor4d_view<const T>(copy_, shape_.n, shape_.c, shape_.h, shape_.w, order_);
+  }
+  /// @brief The groups every convolution given these filters must have.
+  [[nodiscard]] index_t groups() const noexcept { return groups_; }
+
+ private:
+  friend struct detail::conv::packed_filters_access;
+  using compute = detail::scalar_t<T>;
+
+  template <class Exec>
+  static index_t checked_size(const Exec& exec, const conv2d_params& params,
+                              const tensor4d_view<const T>& w) {
+    if (params.groups < 1) {
+      throw invalid_argument("params.groups", "must be at least 1 (got " +
+                                                  std::to_string(params.groups) + ")");
+    }
+    if (w.n() % params.groups != 0) {
+      throw invalid_argument("w", "K = " + std::to_string(w.n()) +
+                                      " filters are not a multiple of groups = " +
+                                      std::to_string(params.groups));
+    }
+    if (w.size() > 0) detail::require_accessible(exec, "w", w.space(), w.data());
+    return w.size();
+  }
+
+  // The host's implicit GEMM packs a layer's filters by group, whatever x's extents: the
+  // geometry here has only what packing reads (K, C, R, S, groups, layout).
+  void pack_for_host(host_exec exec) {
+    detail::conv::conv2d_geometry geo{};
+    geo.n = 1;
+    geo.c = shape_.c * groups_;
+    geo.h = shape_.h;
+    geo.w = shape_.w;
+    geo.k = shape_.n;
+    geo.r = shape_.h;
+    geo.s = shape_.w;
+    geo.p = geo.q = 1;
+    geo.stride_h = geo.stride_w = geo.dilation_h = geo.dilation_w = 1;
+    geo.groups = groups_;
+    geo.order = order_;
+    if (!detail::host_conv::takes_implicit_gemm<compute>(geo)) {
+      return;
+    }
+    const detail::conv::fprop_batch<T, T, compute> batch{geo, nullptr, copy_.data(), nullptr, false};
+    host_ = detail::host_conv::pack_gemm_filters<compute>(exec, batch);
+    host_packed_ = true;
+  }
+
+  device_buffer<T> copy_;
+  tensor4d_shape shape_;
+  tensor_layout order_;
+  index_t groups_;
+  detail::host_conv::gemm_filters<compute> host_{};
+  bool host_packed_ = false;
+};
+
+template <class Exec, class T>
+packed_conv2d_filters(Exec, const conv2d_params&, const tensor4d_view<const T>&)
+    -> packed_conv2d_filters<T>;
+
+/// @brief conv2d with filters prepared by packed_conv2d_filters: the same result as conv2d with
+/// the filters they were made from, without preparing them again.
+/// @throws invalid_argument as conv2d, and "w" if `params.groups` is not the groups the filters
+///         were made for, or they were made for the other backend (memory it cannot access)
+template <class Policy = void, class Exec, class TX, class T, class TY,
+          class Epilogue = epilogue::identity>
+void conv2d(Exec exec, const conv2d_params& params, detail::conv::scalar_t<TX> alpha,
+            const tensor4d_view<TX>& x, const packed_conv2d_filters<T>& w,
+            detail::conv::scalar_t<TX> beta, const tensor4d_view<TY>& y, Epilogue epilogue = {},
+            const conv2d_options& options = {}) {
+  if (params.groups != w.groups()) {
+    throw invalid_argument("w", "packed for groups = " + std::to_string(w.groups()) +
+                                    ", but params.groups = " + std::to_string(params.groups));
+  }
+  const auto* const prepacked =
+      is_host_exec_v<Exec> ? detail::conv::packed_filters_access::host(w) : nullptr;
+  detail::conv::conv2d_uniform<Policy>(exec, params, alpha, x, w.view(), beta, y, epilogue,
+                                       options, false, prepacked);
+}
+
+GPUBATCH_NAMESPACE_END
