@@ -49,7 +49,7 @@ GPUBATCH_NAMESPACE_BEGIN
 namespace detail::conv {
 using detail::scalar_t;
 
-/// `prepacked` (host backend, uniform batches): the filters packed by pack_conv2d_filters.
+/// `prepacked` (host backend, uniform batches): the strips a packed_conv2d_filters holds.
 template <class Policy, class Exec, class Batch, class Compute, class Epilogue>
 void run(Exec exec, const Batch& batch, Compute alpha, Compute beta, const Epilogue& epilogue,
          const conv2d_options& options,
