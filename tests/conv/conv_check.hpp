@@ -330,6 +330,12 @@ void check_packed_filters(const conv_case& cc, tensor_layout order) {
   const conv_data<TX, TY> data(cc, filter_form::shared, beta);
   conv_tensors<Backend, TX, TY> t(cc, order, data);
   const packed_conv2d_filters<TX> packed(exec, cc.params, t.w);
+  if (const auto* host = gpubatch::detail::conv::packed_filters_access::host(packed)) {
+    // The micro-kernel loads the strips as whole vectors: none may straddle a cache line.
+    CHECK(reinterpret_cast<std::uintptr_t>(host->strips.get()) %
+              gpubatch::detail::host_gemm::buffer_alignment ==
+          0);
+  }
   Backend::from_host(t.dw.data(), random_inputs<TX>(data.w.size(), 4242));  // not what was packed
   conv2d(exec, cc.params, static_cast<compute>(alpha), t.x, packed, static_cast<compute>(beta), t.y);
   compare(t.output(order), data.expected(cc, alpha, beta, epilogue::identity{}),

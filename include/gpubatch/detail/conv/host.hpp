@@ -56,10 +56,10 @@ struct blocking {
   static constexpr index_t nc = 256;
 };
 
-/// Uninitialised host storage for a call's packed filters.
+/// Uninitialised host storage for a call's packed filters, aligned as the micro-kernels load it.
 template <class T>
-std::unique_ptr<T[]> uninitialised(index_t count) {
-  return std::unique_ptr<T[]>(new T[static_cast<std::size_t>(count > 0 ? count : 1)]);
+host_gemm::aligned_array<T> uninitialised(index_t count) {
+  return host_gemm::allocate_aligned<T>(static_cast<std::size_t>(count > 0 ? count : 1));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -69,8 +69,8 @@ std::unique_ptr<T[]> uninitialised(index_t count) {
 /// `rotated`: each filter turned 180 degrees (tap r * S + s takes tap R * S - 1 - (r * S + s)),
 /// as backward data run as a forward convolution reads them.
 template <class Compute, class TX, class TW, class TY>
-std::unique_ptr<Compute[]> pack_depthwise_filters(const fprop_batch<TX, TW, TY>& batch,
-                                                  bool rotated = false) {
+host_gemm::aligned_array<Compute> pack_depthwise_filters(const fprop_batch<TX, TW, TY>& batch,
+                                                         bool rotated = false) {
   const auto& geo = batch.geo;
   const index_t sets = batch.per_sample ? geo.n : 1;
   const index_t window = geo.r * geo.s;
@@ -99,10 +99,11 @@ std::unique_ptr<Compute[]> pack_depthwise_filters(const fprop_batch<TX, TW, TY>&
 /// padding of a depthwise layer's input rows reads.
 template <class Compute>
 const Compute* zero_row(index_t count) {
-  thread_local std::unique_ptr<Compute[]> zeros;
+  thread_local host_gemm::aligned_array<Compute> zeros;
   thread_local index_t capacity = 0;
   if (capacity < count) {
-    zeros.reset(new Compute[static_cast<std::size_t>(count)]());
+    zeros = uninitialised<Compute>(count);
+    std::fill(zeros.get(), zeros.get() + count, Compute(0));
     capacity = count;
   }
   return zeros.get();
@@ -436,7 +437,7 @@ void depthwise(host_exec exec, const fprop_batch<TX, TW, TY>& batch, Compute alp
 
 /// Filters as [set][group][r][s][c][j]: the group's output channels j innermost.
 template <class Compute, class TX, class TW, class TY>
-std::unique_ptr<Compute[]> pack_direct_filters(const fprop_batch<TX, TW, TY>& batch) {
+host_gemm::aligned_array<Compute> pack_direct_filters(const fprop_batch<TX, TW, TY>& batch) {
   const auto& geo = batch.geo;
   const index_t sets = batch.per_sample ? geo.n : 1;
   const index_t cg = geo.cg(), kg = geo.kg();
@@ -955,8 +956,8 @@ void gemm_block(const fprop_gemm<TX, TW, TY>& g, const Compute* packed_b, bool f
 /// would not be zero.
 template <class Compute>
 struct gemm_filters {
-  std::unique_ptr<Compute[]> strips;
-  std::unique_ptr<bool[]> finite;  ///< per problem
+  host_gemm::aligned_array<Compute> strips;
+  host_gemm::aligned_array<bool> finite;  ///< per problem
 };
 
 /// Whether `run` takes a layer of this geometry to the implicit GEMM (else depthwise or direct).

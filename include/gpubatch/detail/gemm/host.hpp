@@ -48,18 +48,41 @@ struct tuning {
   static constexpr index_t kc = 256;
 };
 
+/// Alignment of the host buffers whose values the micro-kernels load as whole vectors (packed
+/// strips, scratch tiles): a cache line, so that no vector load straddles two. A plain `new`
+/// (16-byte aligned) had left three of four packed filter buffers off a line.
+inline constexpr std::size_t buffer_alignment = 64;
+
+/// Frees what allocate_aligned allocated.
+struct aligned_delete {
+  template <class T>
+  void operator()(T* p) const {
+    ::operator delete(p, std::align_val_t{buffer_alignment});
+  }
+};
+
+/// Host storage aligned to buffer_alignment.
+template <class T>
+using aligned_array = std::unique_ptr<T[], aligned_delete>;
+
+/// Uninitialised storage for `count` values (at least one) of a trivial type, aligned to
+/// buffer_alignment.
+template <class T>
+aligned_array<T> allocate_aligned(std::size_t count) {
+  static_assert(std::is_trivially_default_constructible_v<T> && std::is_trivially_destructible_v<T>,
+                "aligned host buffers hold trivial values only");
+  return aligned_array<T>(static_cast<T*>(
+      ::operator new(std::max<std::size_t>(count, 1) * sizeof(T), std::align_val_t{buffer_alignment})));
+}
+
 /// A per-thread scratch buffer (slot 0, 1 or 2), grown on demand and reused by later calls on
 /// the same thread.
 template <class Compute>
 Compute* scratch(std::size_t count, int slot) {
-  struct aligned_delete {
-    void operator()(Compute* p) const { ::operator delete(p, std::align_val_t{64}); }
-  };
-  thread_local std::unique_ptr<Compute, aligned_delete> buffers[3];
+  thread_local aligned_array<Compute> buffers[3];
   thread_local std::size_t capacity[3] = {0, 0, 0};
   if (capacity[slot] < count) {
-    buffers[slot].reset(static_cast<Compute*>(
-        ::operator new(count * sizeof(Compute), std::align_val_t{64})));
+    buffers[slot] = allocate_aligned<Compute>(count);
     capacity[slot] = count;
   }
   return buffers[slot].get();
