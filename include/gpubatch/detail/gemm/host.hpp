@@ -49,8 +49,8 @@ struct tuning {
 };
 
 /// Alignment of the host buffers whose values the micro-kernels load as whole vectors (packed
-/// strips, scratch tiles): a cache line, so that no vector load straddles two. A plain `new`
-/// (16-byte aligned) had left three of four packed filter buffers off a line.
+/// strips, scratch tiles): a cache line, so that no vector load straddles two (a plain `new`
+/// guarantees 16 bytes).
 inline constexpr std::size_t buffer_alignment = 64;
 
 /// Frees what allocate_aligned allocated.
