@@ -822,9 +822,13 @@ void taps_block_sample_minor(const fprop_gemm<TX, TW, TY>& g, const Compute* pac
         strip_b[si] = packed_b + ((tap0 + l0 * taps) * cg + e_lo) * nr;
         strip_runs[si] = l1 - l0;
       }
-      for (index_t sj = 0; sj < b_strips; ++sj) {
-        for (index_t si = 0; si < a_strips; ++si) {
-          if (strip_k[si] == 0) continue;
+      // Each A strip (2 to 16 KiB on ResNet-50) against every column strip while it is in L1,
+      // the block's filter chunk (16 to 512 KiB) streaming from L2, so a strip's sums reach y
+      // as whole rows of the block. Measured against column strips outer: 0.84x the time on
+      // res2's 64 -> 256 and 64 -> 64 layers, 0.89x on the stem, 0.94x to 0.99x on the others.
+      for (index_t si = 0; si < a_strips; ++si) {
+        if (strip_k[si] == 0) continue;
+        for (index_t sj = 0; sj < b_strips; ++sj) {
           host_gemm::strips<Compute> s{strip_a[si], sample_step, 1, strip_b[si] + sj * nr * gk, nr};
           s.runs = strip_runs[si];
           s.a_run = line_step;
