@@ -487,6 +487,15 @@ inline std::vector<conv_case> odd_layers() {
       {"24 samples, groups 2 of 16 channels, dilation 2", 24, 32, 6, 6, 32, 3, 3,
        pad(2, 2).with_dilation(2, 2).with_groups(2)},
       {"24 samples, 1x1 with padding", 24, 16, 3, 3, 32, 1, 1, pad(1, 1)},
+      // Sample-minor layers whose samples of x and y lie a multiple of 4 KiB apart (f32) and
+      // whose filters are small: with AVX-512 (8-row strips), column strips in pairs over
+      // half-strips of rows (an odd strip count leaves one single), filter rows as runs,
+      // padding skipped, sums accumulated over taps (groups: one tap per line)
+      {"8 samples, 1x1 64 -> 64 over 4x4", 8, 64, 4, 4, 64, 1, 1},
+      {"8 samples, 1x1 32 -> 96 over 4x8", 8, 32, 4, 8, 96, 1, 1},
+      {"8 samples, 3x2 8 -> 64 over 8x16", 8, 8, 8, 16, 64, 3, 2, pad(1, 1)},
+      {"8 samples, 2x2 groups 2 of 16 -> 64 over 4x8", 8, 32, 4, 8, 128, 2, 2,
+       conv2d_params{}.with_padding(1, 0, 1, 0).with_groups(2)},
       {"many rows", 2, 8, 17, 17, 16, 3, 3, pad(1, 1)},
   };
 }

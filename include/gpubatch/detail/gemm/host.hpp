@@ -216,6 +216,85 @@ inline void micro_kernel(index_t k, strips<Compute> s, Compute* acc, index_t acc
 #endif
 }
 
+/// Rows of micro_kernel_wide's tile: half of micro_kernel's, so that its 4-vector rows keep the
+/// same number of accumulators in registers.
+template <class Compute>
+inline constexpr int wide_rows = tuning<Compute>::mr / 2;
+
+/// micro_kernel over twice the columns and half the rows: acc (wide_rows x 2 NR, row pitch
+/// acc_ld) from an A strip's first wide_rows rows and two B strips, the second `b_next`
+/// elements after the first (consecutive packed strips). Each row of A is read by one call
+/// instead of by one call per B strip, so once its sums are stored nothing reads it again:
+/// see taps_block_sample_minor for when that matters. Same sums, in the same order, as
+/// micro_kernel's.
+template <class Compute>
+inline void micro_kernel_wide(index_t k, strips<Compute> s, index_t b_next, Compute* acc,
+                              index_t acc_ld, bool accumulate) {
+  constexpr int mr = wide_rows<Compute>;
+  constexpr int lanes = tuning<Compute>::lanes;
+  [[maybe_unused]] constexpr int vectors = 4;  // 2 NR, the portable loop
+#if defined(__GNUC__)
+  using vec = typename vector_of<Compute, vector_bytes>::type;
+  vec c0[mr], c1[mr], c2[mr], c3[mr];
+  for (int i = 0; i < mr; ++i) {
+    c0[i] = c1[i] = c2[i] = c3[i] = vec{};
+    if (accumulate) {
+      std::memcpy(&c0[i], acc + i * acc_ld, sizeof(vec));
+      std::memcpy(&c1[i], acc + i * acc_ld + lanes, sizeof(vec));
+      std::memcpy(&c2[i], acc + i * acc_ld + 2 * lanes, sizeof(vec));
+      std::memcpy(&c3[i], acc + i * acc_ld + 3 * lanes, sizeof(vec));
+    }
+  }
+  for (index_t run = 0; run < s.runs; ++run) {
+    const Compute* a = s.a + run * s.a_run;
+    const Compute* b = s.b + run * s.b_run;
+    for (index_t p = 0; p < k; ++p) {
+      // Named vectors, not an array: GCC stored an array's pinned elements to the stack on
+      // every step.
+      vec b0, b1, b2, b3;
+      std::memcpy(&b0, b, sizeof(vec));
+      std::memcpy(&b1, b + lanes, sizeof(vec));
+      std::memcpy(&b2, b + b_next, sizeof(vec));
+      std::memcpy(&b3, b + b_next + lanes, sizeof(vec));
+      for (int i = 0; i < mr; ++i) {
+        keep_in_register(b0);  // see keep_in_register
+        keep_in_register(b1);
+        keep_in_register(b2);
+        keep_in_register(b3);
+        const vec ai = splat<vec>(a[i * s.a_row]);
+        c0[i] += ai * b0;
+        c1[i] += ai * b1;
+        c2[i] += ai * b2;
+        c3[i] += ai * b3;
+      }
+      a += s.a_k;
+      b += s.b_k;
+    }
+  }
+  for (int i = 0; i < mr; ++i) {
+    std::memcpy(acc + i * acc_ld, &c0[i], sizeof(vec));
+    std::memcpy(acc + i * acc_ld + lanes, &c1[i], sizeof(vec));
+    std::memcpy(acc + i * acc_ld + 2 * lanes, &c2[i], sizeof(vec));
+    std::memcpy(acc + i * acc_ld + 3 * lanes, &c3[i], sizeof(vec));
+  }
+#else
+  for (int i = 0; i < mr; ++i)
+    for (int j = 0; j < vectors * lanes; ++j)
+      if (!accumulate) acc[i * acc_ld + j] = Compute(0);
+  for (index_t run = 0; run < s.runs; ++run) {
+    const Compute* a = s.a + run * s.a_run;
+    const Compute* b = s.b + run * s.b_run;
+    for (index_t p = 0; p < k; ++p, a += s.a_k, b += s.b_k) {
+      for (int i = 0; i < mr; ++i) {
+        for (int j = 0; j < vectors * lanes; ++j) {
+          acc[i * acc_ld + j] += a[i * s.a_row] * b[(j / (2 * lanes)) * b_next + j % (2 * lanes)];
+        }
+      }
+    }
+  }
+#endif
+}
+
 /// Packs rows [i0, i0 + rows) of op(A) into MR-row strips, k-major, zero-padding the last.
 /// The loop order follows the operand's contiguous dimension, so reads stream through memory.
 template <class Compute, class TA>
