@@ -148,13 +148,13 @@ struct strips {
   index_t b_run = 0;
 };
 
-/// acc (MR x NR, row pitch acc_ld) = A strip (MR x k) * B strip (k x NR), plus acc's previous
-/// contents when `accumulate` (later passes over the reduction). With `Runs`, the reduction is
-/// s.runs runs of k steps (see strips), summed in registers: a convolution's filter rows, whose
-/// inputs lie an input row apart.
+/// out (MR x NR, row pitch out_ld) = scale * (A strip (MR x k) * B strip (k x NR) + in), where
+/// `in` (row pitch in_ld) holds the sums of earlier passes over the reduction, or is null on the
+/// first. With `Runs`, the reduction is s.runs runs of k steps (see strips), summed in registers:
+/// a convolution's filter rows, whose inputs lie an input row apart.
 template <class Compute, bool Runs = false>
-inline void micro_kernel(index_t k, strips<Compute> s, Compute* acc, index_t acc_ld,
-                         bool accumulate) {
+inline void micro_kernel_to(index_t k, strips<Compute> s, const Compute* in, index_t in_ld,
+                            Compute* out, index_t out_ld, Compute scale) {
   constexpr int mr = tuning<Compute>::mr;
   [[maybe_unused]] constexpr int nr = tuning<Compute>::nr;  // the portable loop
   constexpr int lanes = tuning<Compute>::lanes;
@@ -168,9 +168,9 @@ inline void micro_kernel(index_t k, strips<Compute> s, Compute* acc, index_t acc
   for (int i = 0; i < mr; ++i) {
     c0[i] = vec{};
     c1[i] = vec{};
-    if (accumulate) {
-      std::memcpy(&c0[i], acc + i * acc_ld, sizeof(vec));
-      std::memcpy(&c1[i], acc + i * acc_ld + lanes, sizeof(vec));
+    if (in != nullptr) {
+      std::memcpy(&c0[i], in + i * in_ld, sizeof(vec));
+      std::memcpy(&c1[i], in + i * in_ld + lanes, sizeof(vec));
     }
   }
   for (index_t run = 0; run < (Runs ? s.runs : 1); ++run) {
@@ -194,14 +194,21 @@ inline void micro_kernel(index_t k, strips<Compute> s, Compute* acc, index_t acc
       b += s.b_k;
     }
   }
+  if (scale != Compute(1)) {
+    const vec factor = splat<vec>(scale);
+    for (int i = 0; i < mr; ++i) {
+      c0[i] *= factor;
+      c1[i] *= factor;
+    }
+  }
   for (int i = 0; i < mr; ++i) {
-    std::memcpy(acc + i * acc_ld, &c0[i], sizeof(vec));
-    std::memcpy(acc + i * acc_ld + lanes, &c1[i], sizeof(vec));
+    std::memcpy(out + i * out_ld, &c0[i], sizeof(vec));
+    std::memcpy(out + i * out_ld + lanes, &c1[i], sizeof(vec));
   }
 #else
+  Compute sums[mr * nr];
   for (int i = 0; i < mr; ++i)
-    for (int j = 0; j < nr; ++j)
-      if (!accumulate) acc[i * acc_ld + j] = Compute(0);
+    for (int j = 0; j < nr; ++j) sums[i * nr + j] = in != nullptr ? in[i * in_ld + j] : Compute(0);
   for (index_t run = 0; run < (Runs ? s.runs : 1); ++run) {
     if (Runs) {
       a = s.a + run * s.a_run;
@@ -209,11 +216,24 @@ inline void micro_kernel(index_t k, strips<Compute> s, Compute* acc, index_t acc
     }
     for (index_t p = 0; p < k; ++p, a += s.a_k, b += s.b_k) {
       for (int i = 0; i < mr; ++i) {
-        for (int j = 0; j < nr; ++j) acc[i * acc_ld + j] += a[i * s.a_row] * b[j];
+        for (int j = 0; j < nr; ++j) sums[i * nr + j] += a[i * s.a_row] * b[j];
       }
     }
   }
+  for (int i = 0; i < mr; ++i)
+    for (int j = 0; j < nr; ++j) {
+      out[i * out_ld + j] = scale != Compute(1) ? scale * sums[i * nr + j] : sums[i * nr + j];
+    }
 #endif
+}
+
+/// acc (MR x NR, row pitch acc_ld) = A strip (MR x k) * B strip (k x NR), plus acc's previous
+/// contents when `accumulate` (later passes over the reduction): micro_kernel_to in place.
+template <class Compute, bool Runs = false>
+inline void micro_kernel(index_t k, strips<Compute> s, Compute* acc, index_t acc_ld,
+                         bool accumulate) {
+  micro_kernel_to<Compute, Runs>(k, s, accumulate ? acc : nullptr, acc_ld, acc, acc_ld,
+                                 Compute(1));
 }
 
 /// Rows of micro_kernel_wide's tile: half of micro_kernel's, so that its 4-vector rows keep the
@@ -512,10 +532,33 @@ inline void store_fixed(const matrix_ref<TC>& c, index_t row, const Compute* acc
 }
 
 /// Computes the C block [i0, i0 + rows) x [j0, j0 + cols) of problem `batch`.
+/// Whether compute_block reads the whole NR-wide strips of B in place rather than packed. A long
+/// strip of rows a leading dimension apart (often a multiple of 4 KiB) defeats the prefetcher
+/// and aliases cache sets, so only while one fits in L1.
+template <class Compute, class TA, class TB, class TC>
+bool reads_b_in_place(const gemm_instance<TA, TB, TC>& p) {
+  return std::is_same_v<TB, Compute> && p.b.stride.col == 1 &&
+         p.k * tuning<Compute>::nr * static_cast<index_t>(sizeof(Compute)) <= 32 * 1024;
+}
+
+/// Packs the strips of B columns [j0, j0 + cols) that compute_block does not read in place
+/// (all k rows) into the calling thread's scratch slot 1, and returns them.
+template <class Compute, class TA, class TB, class TC>
+const Compute* pack_b_panel(const gemm_instance<TA, TB, TC>& p, index_t j0, index_t cols) {
+  constexpr int nr = tuning<Compute>::nr;
+  const index_t full_b = reads_b_in_place<Compute>(p) ? cols / nr : 0;
+  Compute* const packed_b =
+      scratch<Compute>(static_cast<std::size_t>((ceil_div(cols, nr) - full_b) * nr * p.k), 1);
+  pack_b<Compute>(p.b, p.k, j0 + full_b * nr, cols - full_b * nr, packed_b);
+  return packed_b;
+}
+
+/// Computes the C block [i0, i0 + rows) x [j0, j0 + cols) of problem `batch`. `b_panel`, when
+/// not null, is what pack_b_panel(p, j0, cols) returned, shared by the blocks of one panel.
 template <class Compute, class TA, class TB, class TC, class Epilogue>
 void compute_block(const gemm_instance<TA, TB, TC>& p, index_t i0, index_t rows, index_t j0,
                    index_t cols, Compute alpha, Compute beta, const Epilogue& epilogue,
-                   index_t batch) {
+                   index_t batch, const Compute* b_panel = nullptr) {
   constexpr int mr = tuning<Compute>::mr;
   constexpr int nr = tuning<Compute>::nr;
   const index_t a_strips = ceil_div(rows, mr);
@@ -523,27 +566,27 @@ void compute_block(const gemm_instance<TA, TB, TC>& p, index_t i0, index_t rows,
   // Operands already of the compute type whose op() rows are contiguous are read in place,
   // whole strips at a time; only the rest (and a ragged last strip) is packed. Reading in place
   // saves a copy of every operand, which is what small and medium problems are bound by.
-  // B strips are read in place only while one fits in L1: a long strip of rows a leading
-  // dimension apart (often a multiple of 4 KiB) defeats the prefetcher and aliases cache sets.
-  // A strips (MR rows read side by side) likewise only when rows are not 4 KiB apart.
+  // A strips (MR rows read side by side) are read in place only when rows are not 4 KiB apart.
   const bool direct_a = std::is_same_v<TA, Compute> && p.a.stride.col == 1 &&
                         (p.a.stride.row * static_cast<index_t>(sizeof(Compute))) % 4096 != 0;
-  const bool direct_b = std::is_same_v<TB, Compute> && p.b.stride.col == 1 &&
-                        p.k * nr * static_cast<index_t>(sizeof(Compute)) <= 32 * 1024;
   const index_t full_a = direct_a ? rows / mr : 0;  // leading strips read in place
-  const index_t full_b = direct_b ? cols / nr : 0;
+  const index_t full_b = reads_b_in_place<Compute>(p) ? cols / nr : 0;  // likewise
   Compute* const packed_a =
       scratch<Compute>(static_cast<std::size_t>((a_strips - full_a) * mr * p.k), 0);
-  Compute* const packed_b =
-      scratch<Compute>(static_cast<std::size_t>((b_strips - full_b) * nr * p.k), 1);
   pack_a<Compute>(p.a, p.k, i0 + full_a * mr, rows - full_a * mr, packed_a);
-  pack_b<Compute>(p.b, p.k, j0 + full_b * nr, cols - full_b * nr, packed_b);
+  const Compute* const packed_b = b_panel != nullptr ? b_panel : pack_b_panel<Compute>(p, j0, cols);
 
   // Long reductions run in passes of kc steps over every micro-tile of the block, the sums
   // kept in a block-sized tile, so each B strip is reused from L1 by all the A strips.
   const index_t kc = std::min<index_t>(tuning<Compute>::kc, p.k);
   const bool passes = kc < p.k;
   const index_t tile_ld = b_strips * nr;
+  // Whole micro-tiles go from registers straight to C, on the last pass, when nothing but
+  // alpha stands between the sums and C: the round trip through a scratch tile and store_run
+  // had cost 1.07x-1.08x the time at n = 128.
+  constexpr bool plain_output =
+      std::is_same_v<TC, Compute> && std::is_same_v<Epilogue, epilogue::identity>;
+  const bool straight_to_c = plain_output && beta == Compute(0) && p.c.stride.col == 1;
   alignas(64) Compute acc[mr * nr];
   Compute* const tile =
       passes ? scratch<Compute>(static_cast<std::size_t>(a_strips * mr * tile_ld), 2) : acc;
@@ -573,6 +616,13 @@ void compute_block(const gemm_instance<TA, TB, TC>& p, index_t i0, index_t rows,
           s.a_k = mr;
         }
         Compute* const sums = passes ? tile + si * mr * tile_ld + sj * nr : acc;
+        if constexpr (plain_output) {
+          if (last && straight_to_c && row0 + mr <= i0 + rows && valid_cols == nr) {
+            micro_kernel_to(kcur, s, k0 > 0 ? sums : nullptr, tile_ld, &p.c(row0, col0),
+                            p.c.stride.row, alpha);
+            continue;
+          }
+        }
         const index_t sums_ld = passes ? tile_ld : nr;
         micro_kernel(kcur, s, sums, sums_ld, k0 > 0);
         if (last) {
@@ -1065,11 +1115,14 @@ void serial_problem(const gemm_instance<TA, TB, TC>& p, Compute alpha, Compute b
   }
   const blocking<Compute> blocks(p.m, p.n, p.k);
   for (index_t jb = 0; jb < blocks.n_blocks; ++jb) {
+    const index_t j0 = jb * blocks.nc;
+    const index_t cols = std::min(blocks.nc, p.n - j0);
+    // One packed panel of B for all of its blocks.
+    const Compute* const b_panel = pack_b_panel<Compute>(p, j0, cols);
     for (index_t ib = 0; ib < blocks.m_blocks; ++ib) {
       const index_t i0 = ib * blocks.mc;
-      const index_t j0 = jb * blocks.nc;
-      compute_block(p, i0, std::min(blocks.mc, p.m - i0), j0, std::min(blocks.nc, p.n - j0), alpha,
-                    beta, epilogue, batch);
+      compute_block(p, i0, std::min(blocks.mc, p.m - i0), j0, cols, alpha, beta, epilogue, batch,
+                    b_panel);
     }
   }
 }
@@ -1100,6 +1153,17 @@ void run(host_exec exec, const Batch& batch, Compute alpha, Compute beta,
     }
     const blocking<Compute> blocks(batch.m, batch.n, batch.k);
     const index_t per_problem = blocks.m_blocks * blocks.n_blocks;
+    // Problems of several blocks whose B is packed go to threads whole, so that the panel is
+    // packed once per problem, not once per block (n = 512: 0.90x-0.97x the time), as long as
+    // whole problems still share out evenly (within 1/8).
+    const index_t threads = host_thread_count(exec);
+    const bool even = ceil_div(batch.count, threads) * threads * 8 <= batch.count * 9;
+    if (per_problem > 1 && !reads_b_in_place<Compute>(batch.problem(0)) && even) {
+      host_parallel_for(exec, batch.count, schedule::uniform, [&](index_t b) {
+        serial_problem(batch.problem(b), alpha, beta, epilogue, b);
+      });
+      return;
+    }
     // Equal tasks (one block per problem) go to threads in contiguous ranges, which keeps each
     // thread's hardware prefetchers on one stream; unequal ones (edge blocks) one at a time.
     const schedule kind = per_problem == 1 ? schedule::uniform : schedule::dynamic;
