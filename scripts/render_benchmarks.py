@@ -33,6 +33,9 @@ Values: the "median" aggregate of the repetitions (--benchmark_repetitions with
 --benchmark_report_aggregates_only); without aggregates, the median of the individual runs.
 Rate counters "flops_per_second" and "bytes_per_second" (gpubatch::bench::set_rates) get table
 columns when a group reports them, as does "extra_bytes" (memory beyond inputs and outputs).
+A baseline that reports "paired_ratio" (gpubatch::bench::set_paired_ratio: gpubatch time / its
+time, median over pairs of back-to-back calls) gets a "paired" ratio column next to the ratio of
+the medians, and a dashed line in the ratio plot: on a shared machine it moves far less.
 Benchmarks that called SkipWithError (for example "no CUDA device") are listed as not run, with
 the message. tests/bench/render_benchmarks_test.py checks the renderer on made-up results.
 
@@ -55,6 +58,9 @@ SUBJECT = "gpubatch"
 RATE_COUNTERS = {"flops_per_second": "FLOP/s", "bytes_per_second": "B/s"}
 # Plain counters in bytes: memory an implementation needs beyond its inputs and outputs.
 MEMORY_COUNTERS = {"extra_bytes": "extra memory"}
+# A baseline's median, over pairs of back-to-back calls of gpubatch and of it on the same data,
+# of gpubatch time / its time (gpubatch::bench::set_paired_ratio).
+PAIRED_COUNTER = "paired_ratio"
 TIMER_SUFFIXES = {"manual_time": "device time (CUDA events)", "real_time": "wall clock"}
 IGNORED_PREFIXES = ("iterations:", "repeats:", "min_time:", "min_warmup_time:", "process_time")
 TIME_UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
@@ -150,6 +156,17 @@ class Group:
     def baselines(self) -> list[str]:
         return [i for i in self.impls if i != SUBJECT]
 
+    def paired(self, baseline: str, x: float | None) -> float | None:
+        """The baseline's paired ratio at x (gpubatch / baseline), None when it reports none."""
+        cell = self.cells.get((baseline, x))
+        return cell.counters.get(PAIRED_COUNTER) if cell and cell.time_s is not None else None
+
+    def paired_baselines(self) -> list[str]:
+        """The baselines that report a paired ratio, when gpubatch ran too."""
+        if not self.ran(SUBJECT):
+            return []
+        return [b for b in self.baselines() if any(self.paired(b, x) for x in self.xs())]
+
 
 @dataclass
 class ResultFile:
@@ -166,7 +183,7 @@ def _seconds(entry: dict) -> float:
 
 
 def _counters(entry: dict) -> dict[str, float]:
-    return {k: float(entry[k]) for k in (*RATE_COUNTERS, *MEMORY_COUNTERS)
+    return {k: float(entry[k]) for k in (*RATE_COUNTERS, *MEMORY_COUNTERS, PAIRED_COUNTER)
             if isinstance(entry.get(k), (int, float))}
 
 
@@ -358,14 +375,22 @@ def group_figure(group: Group, machine_label: str):
         ax = axes[0][1]
         ratios = [1.0]
         for baseline in group.baselines():
-            points = []
+            points, color = [], None
             for x in xs:
                 s, b = group.cells.get((SUBJECT, x)), group.cells.get((baseline, x))
                 if s and b and s.time_s is not None and b.time_s:
                     points.append((position[x], s.time_s / b.time_s))
             if points:
-                ax.plot([p[0] for p in points], [p[1] for p in points], marker="o",
-                        label=f"{SUBJECT} / {baseline}")
+                line, = ax.plot([p[0] for p in points], [p[1] for p in points], marker="o",
+                                label=f"{SUBJECT} / {baseline}")
+                color = line.get_color()
+                ratios += [p[1] for p in points]
+            if baseline in group.paired_baselines():
+                points = [(position[x], group.paired(baseline, x)) for x in xs
+                          if group.paired(baseline, x)]
+                ax.plot([p[0] for p in points], [p[1] for p in points], marker="x",
+                        linestyle="--", color=color,
+                        label=f"{SUBJECT} / {baseline}, paired")
                 ratios += [p[1] for p in points]
         ax.axhline(1.0, color="black", linewidth=0.8)
         if max(ratios) / min(ratios) > 10:  # log only when the ratios span a decade
@@ -470,8 +495,14 @@ def group_section(group: Group, label: str, plot_rel: str | None) -> list[str]:
     ratios = [b for b in group.baselines() if b in impls] if SUBJECT in impls else []
     intro = (f"From `{group.source}`; {group.timer}; median of {group.repetitions} "
              f"repetition{'s' if group.repetitions != 1 else ''}")
+    paired = [b for b in group.paired_baselines() if b in ratios]
     if ratios:
-        intro += f"; ratio = {SUBJECT} time / baseline time (below 1: {SUBJECT} is faster)."
+        intro += f"; ratio = {SUBJECT} time / baseline time (below 1: {SUBJECT} is faster)"
+        if paired:
+            intro += ("; paired = the median, over pairs of back-to-back calls of both on the same "
+                      "data, of that ratio (median of the repetitions), which a slow spell of a "
+                      "shared machine moves far less")
+        intro += "."
     out = [f"### {group.name}", "", intro if ratios else intro + ".", ""]
     if not ratios:  # said plainly, not left to empty ratio cells
         reason = no_ratio_reason(group) or "no ratio"
@@ -481,6 +512,7 @@ def group_section(group: Group, label: str, plot_rel: str | None) -> list[str]:
     rates = [c for c in RATE_COUNTERS
              if any(c in cell.counters for cell in group.cells.values())]
     header = [group.x_label or "x"] + impls + [f"{SUBJECT} / {b}" for b in ratios]
+    header += [f"{SUBJECT} / {b}, paired" for b in paired]
     header += [f"{i} {RATE_COUNTERS[c]}" for c in rates for i in impls]
     memory = [c for c in MEMORY_COUNTERS
               if any(c in cell.counters for cell in group.cells.values())]
@@ -502,6 +534,9 @@ def group_section(group: Group, label: str, plot_rel: str | None) -> list[str]:
             s, b = group.cells.get((SUBJECT, x)), group.cells.get((baseline, x))
             ok = s and b and s.time_s is not None and b.time_s
             row.append(fmt_ratio(s.time_s / b.time_s) if ok else "-")
+        for baseline in paired:
+            value = group.paired(baseline, x)
+            row.append(fmt_ratio(value) if value else "-")
         for counter in rates:
             for impl in impls:
                 cell = group.cells.get((impl, x))

@@ -18,7 +18,9 @@
 // OpenBLAS's for sgemm. The x axis ("layer") indexes resnet50_layers() then the depthwise
 // layers (groups = channels); each run is labelled with the layer's name. Before timing, every
 // baseline's output is compared with gpubatch's on the same data; a difference beyond rounding
-// turns the run into an error instead of a time. Without oneDNN (GPUBATCH_BENCH_ONEDNN) or
+// turns the run into an error instead of a time. After its timing, oneDNN's benchmark also times
+// pairs of back-to-back calls, gpubatch's (as its group calls it) and its own, and reports the
+// median ratio of their times as the counter paired_ratio (gpubatch::bench::set_paired_ratio). Without oneDNN (GPUBATCH_BENCH_ONEDNN) or
 // OpenBLAS (GPUBATCH_BENCH_OPENBLAS) that baseline is not built.
 #include "conv/layers.hpp"
 #include "support/harness.hpp"
@@ -250,7 +252,7 @@ const bool onednn_described = [] {
 /// oneDNN's forward convolution on NHWC tensors: the primitive is created and the weights
 /// reordered from gpubatch's KRSC (oneDNN's ohwi, or gohwi with groups) to the format oneDNN
 /// chose for this layer before the timing; each iteration is one execute().
-void conv_host_onednn(benchmark::State& state) {
+void conv_host_onednn(benchmark::State& state, bool packed_filters) {
   bench::run_host_benchmark(state, [&] {
     layer_data d(host_layers()[static_cast<std::size_t>(state.range(0))]);
     const conv_layer& l = d.layer;
@@ -292,6 +294,22 @@ void conv_host_onednn(benchmark::State& state) {
     }
     finish(state, l);
     state.SetLabel(std::string(l.name) + " " + pd.impl_info_str());  // e.g. brg:avx512_core
+    // gpubatch's call as its group times it, in pairs with oneDNN's (set_paired_ratio).
+    const auto order = tensor_layout::nhwc;
+    const gpubatch::tensor4d_view<const float> x(d.x.data(), d.xs.n, d.xs.c, d.xs.h, d.xs.w, order);
+    const gpubatch::tensor4d_view<const float> w(d.w.data(), d.ws.n, d.ws.c, d.ws.h, d.ws.w, order);
+    const gpubatch::tensor4d_view<float> y(d.y.data(), d.ys.n, d.ys.c, d.ys.h, d.ys.w, order);
+    std::optional<gpubatch::packed_conv2d_filters<float>> packed;
+    if (packed_filters) packed.emplace(gpubatch::on_host, p, w);
+    const auto gpubatch_call = [&] {
+      if (packed) {
+        gpubatch::conv2d(gpubatch::on_host, p, 1.0F, x, *packed, 0.0F, y);
+      } else {
+        gpubatch::conv2d(gpubatch::on_host, p, 1.0F, x, w, 0.0F, y);
+      }
+    };
+    gpubatch_call();  // its scratch buffers, before the first pair
+    bench::set_paired_ratio(state, gpubatch_call, run);
   });
 }
 #endif
@@ -323,8 +341,9 @@ void register_all() {
 #endif
 #if GPUBATCH_BENCH_ONEDNN
     if (order == tensor_layout::nhwc) {
-      auto* onednn = benchmark::RegisterBenchmark(bench::name(g.group, "onednn").c_str(),
-                                                  [](benchmark::State& s) { conv_host_onednn(s); });
+      auto* onednn = benchmark::RegisterBenchmark(
+          bench::name(g.group, "onednn").c_str(),
+          [packed](benchmark::State& s) { conv_host_onednn(s, packed); });
       onednn->ArgName("layer")->UseRealTime()->Unit(benchmark::kMillisecond);
       bench::layer_args(onednn, host_layers());
     }

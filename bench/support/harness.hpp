@@ -20,6 +20,8 @@
 #include <benchmark/benchmark.h>
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -28,6 +30,7 @@
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace gpubatch::bench {
 
@@ -149,6 +152,47 @@ inline void set_rates(benchmark::State& state, double flops_per_iteration,
         bytes_per_iteration, benchmark::Counter::kIsIterationInvariantRate,
         benchmark::Counter::kIs1000);
   }
+}
+
+/// @brief Reports "paired_ratio": the median, over pairs of back-to-back host calls, of the
+/// subject's time divided by the baseline's, on the data both benchmarks use.
+///
+/// Two benchmarks timed minutes apart on a shared machine see different machines: their
+/// median times can differ by 30% or more from one run to the next while a call of each,
+/// run one right after the other, sees the same one. The pairs alternate which call goes
+/// first, so neither always finds the caches as the other left them. Call it after the timed
+/// loop, from the baseline's benchmark: it runs for about `budget` (at least `min_pairs`).
+/// @param subject_call one call of the code under test
+/// @param baseline_call one call of the baseline, on the same inputs
+template <class Subject, class Baseline>
+void set_paired_ratio(benchmark::State& state, Subject&& subject_call, Baseline&& baseline_call,
+                      std::chrono::duration<double> budget = std::chrono::milliseconds(200),
+                      int min_pairs = 5) {
+  using clock = std::chrono::steady_clock;
+  const auto timed = [](auto& call) {
+    const auto t0 = clock::now();
+    call();
+    return std::chrono::duration<double>(clock::now() - t0).count();
+  };
+  std::vector<double> ratios;
+  const auto start = clock::now();
+  for (int pair = 0; pair < min_pairs || clock::now() - start < budget; ++pair) {
+    double subject_s = 0;
+    double baseline_s = 0;
+    if (pair % 2 == 0) {
+      subject_s = timed(subject_call);
+      baseline_s = timed(baseline_call);
+    } else {
+      baseline_s = timed(baseline_call);
+      subject_s = timed(subject_call);
+    }
+    if (baseline_s > 0) ratios.push_back(subject_s / baseline_s);
+  }
+  if (ratios.empty()) return;
+  std::sort(ratios.begin(), ratios.end());
+  const std::size_t half = ratios.size() / 2;
+  state.counters["paired_ratio"] =
+      ratios.size() % 2 == 1 ? ratios[half] : 0.5 * (ratios[half - 1] + ratios[half]);
 }
 
 /// @brief The L2 cache size of the current device in bytes.

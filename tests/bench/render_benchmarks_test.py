@@ -5,7 +5,8 @@ Checked: a categorical x (the conv benchmarks' layer:<index>) is printed by its 
 the plot's evenly spaced, linear x axis; a size x keeps its log axis and its printed values;
 every figure's suptitle names the machine and the commit; a group with no baseline, with no
 gpubatch, or whose baseline called SkipWithError gets no ratio column and says why; ratios are
-gpubatch time / baseline time; the document is the same whatever order the results were reported
+gpubatch time / baseline time, and a baseline's paired_ratio counter gets a column and a dashed
+line of its own; the document is the same whatever order the results were reported
 in. The plot checks need matplotlib; "tables" leaves them out.
 
 Usage: python3 render_benchmarks_test.py <path of render_benchmarks.py> [tables|all]
@@ -34,11 +35,11 @@ LAYERS = {0: "conv1_7x7s2_3-64", 1: "res2_1x1_64-64", 2: "res2_3x3_64-64",
           10: "res4_1x1_256-1024"}  # 10 sorts after 2 numerically, before it as text
 
 
-def run(name, seconds, label=None, error=None):
+def run(name, seconds, label=None, error=None, **counters):
     """One median aggregate as Google Benchmark writes it (time in microseconds)."""
     entry = {"name": name + "_median", "run_name": name, "run_type": "aggregate",
              "aggregate_name": "median", "repetitions": 3, "real_time": seconds * 1e6,
-             "time_unit": "us"}
+             "time_unit": "us", **counters}
     if label is not None:
         entry["label"] = label
     if error is not None:
@@ -69,6 +70,12 @@ def results():
         gemm.append(run(f"gemm_f32.cuda/gpubatch/n:{n}/manual_time", 2e-6 * n))
         gemm.append(run(f"gemm_f32.cuda/cublas/n:{n}/manual_time", 1e-6 * n))
         gemm.append(run(f"fma_peak.cuda/f32/n:{n}/manual_time", 1e-6 * n))
+        # LIBXSMM pairs its calls with gpubatch's (paired_ratio), but not at n = 64; OpenBLAS
+        # never does.
+        gemm.append(run(f"gemm_f64.host/gpubatch/n:{n}/real_time", 3e-6 * n))
+        paired = {"paired_ratio": 0.5 + n / 100} if n != 64 else {}
+        gemm.append(run(f"gemm_f64.host/libxsmm/n:{n}/real_time", 2e-6 * n, **paired))
+        gemm.append(run(f"gemm_f64.host/openblas/n:{n}/real_time", 6e-6 * n))
     context = {"gpubatch_commit": COMMIT, "cpu_model": "Some CPU", "cuda_device": GPU,
                "date": "2026-01-01T00:00:00"}
     return {"bench_conv_cuda-h100.json": {"context": context, "benchmarks": conv},
@@ -144,6 +151,22 @@ class Tables(Fixture):
         self.assertLess(headings.index("### conv2d_alone_f16_nhwc.cuda"),
                         headings.index("### conv2d_f16_nhwc.cuda [batch:32]"))
 
+    def test_paired_ratio_gets_a_column_of_its_own_beside_the_ratio_of_medians(self):
+        lines = self.section(self.render(False), "gemm_f64.host")
+        self.assertTrue(any("paired = the median, over pairs of back-to-back calls" in line
+                            for line in lines))
+        header = next(line for line in lines if line.startswith("| n |"))
+        self.assertEqual(cells(header)[:6], ["n", "gpubatch", "libxsmm", "openblas",
+                                             "gpubatch / libxsmm", "gpubatch / openblas"])
+        self.assertEqual(cells(header)[6], "gpubatch / libxsmm, paired")
+        self.assertNotIn("gpubatch / openblas, paired", cells(header))
+        self.assertIn("| 16 | 48 µs | 32 µs | 96 µs | 1.50 | 0.50 | 0.66 |", lines)
+        self.assertIn("| 64 | 192 µs | 128 µs | 384 µs | 1.50 | 0.50 | - |", lines)
+
+    def test_group_without_paired_ratio_has_no_paired_column(self):
+        lines = self.section(self.render(False), "gemm_f32.cuda")
+        self.assertFalse(any("paired" in line for line in lines))
+
     def test_group_without_baseline_says_so(self):
         lines = self.section(self.render(False), "conv2d_alone_f16_nhwc.cuda")
         self.assertIn("No baseline in this group: no ratio.", lines)
@@ -195,14 +218,22 @@ class Plots(Fixture):
     def test_every_figure_names_machine_and_commit(self):
         markdown = self.render(True)
         pngs = sorted((self.root / "plots").rglob("*.png"))
-        self.assertEqual(len(pngs), 5)  # every group has 2 or more x values and a measurement
-        self.assertEqual(markdown.count("![", 0), 5)
+        self.assertEqual(len(pngs), 6)  # every group has 2 or more x values and a measurement
+        self.assertEqual(markdown.count("![", 0), 6)
         for name, group in self.groups.items():
             fig = self.figure(name)
             self.assertIsNotNone(fig, name)
             title = " ".join(t.get_text() for t in fig.texts)  # the suptitle is a figure text
             self.assertIn(GPU, title)
             self.assertIn(COMMIT, title)
+
+    def test_paired_ratio_is_a_dashed_line_in_its_baselines_colour(self):
+        lines = {line.get_label(): line for line in self.figure("gemm_f64.host").axes[1].get_lines()}
+        solid, dashed = lines["gpubatch / libxsmm"], lines["gpubatch / libxsmm, paired"]
+        self.assertEqual(dashed.get_linestyle(), "--")
+        self.assertEqual(dashed.get_color(), solid.get_color())
+        self.assertEqual(list(dashed.get_ydata()), [0.54, 0.66])  # none at n = 64
+        self.assertNotIn("gpubatch / openblas, paired", lines)
 
     def test_no_ratio_panel_without_a_baseline_that_ran(self):
         self.assertEqual(len(self.figure("conv2d_alone_f16_nhwc.cuda").axes), 1)
