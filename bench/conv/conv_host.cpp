@@ -20,8 +20,9 @@
 // baseline's output is compared with gpubatch's on the same data; a difference beyond rounding
 // turns the run into an error instead of a time. After its timing, oneDNN's benchmark also times
 // pairs of back-to-back calls, gpubatch's (as its group calls it) and its own, and reports the
-// median ratio of their times as the counter paired_ratio (gpubatch::bench::set_paired_ratio). Without oneDNN (GPUBATCH_BENCH_ONEDNN) or
-// OpenBLAS (GPUBATCH_BENCH_OPENBLAS) that baseline is not built.
+// median ratio of their times as the counter paired_ratio (gpubatch::bench::set_paired_ratio).
+// Without oneDNN (GPUBATCH_BENCH_ONEDNN) or OpenBLAS (GPUBATCH_BENCH_OPENBLAS) that baseline is
+// not built.
 #include "conv/layers.hpp"
 #include "support/harness.hpp"
 
