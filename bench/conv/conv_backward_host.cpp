@@ -22,8 +22,10 @@
 //     norms form's workspace of one gradient; the per-sample forms store N gradients).
 //
 // The baselines run across every core (oneDNN's and OpenBLAS's threads, OpenMP for the
-// im2col/col2im loops), as gpubatch does. Without oneDNN or OpenBLAS their baselines are
-// not built (GPUBATCH_BENCH_ONEDNN / GPUBATCH_BENCH_OPENBLAS).
+// im2col/col2im loops), as gpubatch does. Without oneDNN or OpenBLAS their baselines are not
+// built (GPUBATCH_BENCH_ONEDNN / GPUBATCH_BENCH_OPENBLAS). oneDNN's benchmarks also report
+// "paired_ratio": gpubatch's call and oneDNN's, back to back on the same data
+// (gpubatch::bench::set_paired_ratio).
 #include "conv/layers.hpp"
 #include "support/harness.hpp"
 
@@ -33,6 +35,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -113,23 +116,25 @@ void time_host(benchmark::State& state, float* written, Run&& run) {
   }
 }
 
+/// One gpubatch call of the pass on d's inputs, writing `out` (sized by the caller: dx or dw).
+auto gpubatch_pass(const layer_data& d, pass which, float* out) {
+  return [&d, which, out] {
+    const auto& p = d.layer.params;
+    if (which == pass::data) {
+      const gpubatch::tensor4d_view<float> dx(out, d.xs.n, d.xs.c, d.xs.h, d.xs.w, nhwc);
+      gpubatch::conv2d_backward_data(gpubatch::on_host, p, 1.0F, d.dy_view(), d.w_view(), 0.0F, dx);
+    } else {
+      const gpubatch::tensor4d_view<float> dw(out, d.ws.n, d.ws.c, d.ws.h, d.ws.w, nhwc);
+      gpubatch::conv2d_backward_filter(gpubatch::on_host, p, 1.0F, d.x_view(), d.dy_view(), 0.0F, dw);
+    }
+  };
+}
+
 void backward_gpubatch(benchmark::State& state, pass which) {
   bench::run_host_benchmark(state, [&] {
     layer_data d(backward_layers()[static_cast<std::size_t>(state.range(0))], batch);
-    const auto& p = d.layer.params;
-    if (which == pass::data) {
-      d.out.resize(d.x.size());
-      const gpubatch::tensor4d_view<float> dx(d.out.data(), d.xs.n, d.xs.c, d.xs.h, d.xs.w, nhwc);
-      time_host(state, d.out.data(), [&] {
-        gpubatch::conv2d_backward_data(gpubatch::on_host, p, 1.0F, d.dy_view(), d.w_view(), 0.0F, dx);
-      });
-    } else {
-      d.out.resize(d.w.size());
-      const gpubatch::tensor4d_view<float> dw(d.out.data(), d.ws.n, d.ws.c, d.ws.h, d.ws.w, nhwc);
-      time_host(state, d.out.data(), [&] {
-        gpubatch::conv2d_backward_filter(gpubatch::on_host, p, 1.0F, d.x_view(), d.dy_view(), 0.0F, dw);
-      });
-    }
+    d.out.resize(which == pass::data ? d.x.size() : d.w.size());
+    time_host(state, d.out.data(), gpubatch_pass(d, which, d.out.data()));
     finish(state, d);
   });
 }
@@ -268,6 +273,7 @@ void backward_onednn(benchmark::State& state, pass which) {
     onednn_layer o(d);
     dnnl::memory src(o.src, o.engine, d.x.data());
     dnnl::memory diff_dst(o.dst, o.engine, d.dy.data());
+    std::function<void()> run;  // one call of the pass's primitive
     if (which == pass::data) {
       d.out.resize(d.x.size());
       const dnnl::convolution_backward_data::primitive_desc pd(
@@ -280,12 +286,14 @@ void backward_onednn(benchmark::State& state, pass which) {
       dnnl::reorder(user_w, weights).execute(o.stream, user_w, weights);
       dnnl::memory diff_src(o.src, o.engine, d.out.data());
       const dnnl::convolution_backward_data prim(pd);
-      time_host(state, d.out.data(), [&] {
+      // Handles by value: the paired phase calls it after this block.
+      run = [&o, prim, diff_dst, weights, diff_src] {
         prim.execute(o.stream, {{DNNL_ARG_DIFF_DST, diff_dst},
                                 {DNNL_ARG_WEIGHTS, weights},
                                 {DNNL_ARG_DIFF_SRC, diff_src}});
         o.stream.wait();
-      });
+      };
+      time_host(state, d.out.data(), run);
     } else {
       d.out.resize(d.w.size());
       const dnnl::convolution_backward_weights::primitive_desc pd(
@@ -295,17 +303,24 @@ void backward_onednn(benchmark::State& state, pass which) {
           o.engine, o.forward);
       dnnl::memory diff_weights(pd.diff_weights_desc(), o.engine);
       const dnnl::convolution_backward_weights prim(pd);
-      time_host(state, d.out.data(), [&] {
+      run = [&o, prim, src, diff_dst, diff_weights] {
         prim.execute(o.stream, {{DNNL_ARG_SRC, src},
                                 {DNNL_ARG_DIFF_DST, diff_dst},
                                 {DNNL_ARG_DIFF_WEIGHTS, diff_weights}});
         o.stream.wait();
-      });
+      };
+      time_host(state, d.out.data(), run);
       dnnl::memory user_dw = o.user_weight_memory(d.out.data());
       dnnl::reorder(diff_weights, user_dw).execute(o.stream, diff_weights, user_dw);
       o.stream.wait();
     }
     finish(state, d);
+    // gpubatch's call as its benchmark times it, in pairs with oneDNN's (set_paired_ratio), into
+    // an output of its own so that oneDNN's result stays as it left it.
+    std::vector<float> gpubatch_out(d.out.size());
+    const auto gpubatch_call = gpubatch_pass(d, which, gpubatch_out.data());
+    gpubatch_call();  // its scratch buffers, before the first pair
+    bench::set_paired_ratio(state, gpubatch_call, run);
   });
 }
 #endif

@@ -52,6 +52,9 @@ struct blocking {
   /// Reduction chunk of the backward passes' mapped GEMMs, which pack both operands per chunk
   /// (their speed was measured at 256; 512 was no faster).
   static constexpr index_t packed_kc = 256;
+  /// Rows of C that one task of a filter gradient covers when its B is packed, so that B is
+  /// packed once for every row (the task's sums, packed_b_rows x nc: 512 KiB of f32).
+  static constexpr index_t packed_b_rows = 512;
   /// Output channels one task covers; its accumulators (mc x nc) are reused across chunks.
   static constexpr index_t nc = 256;
 };

@@ -703,6 +703,12 @@ void run_mapped(host_exec exec, const Batch& batch, Compute alpha, Compute beta,
   const index_t chunks = split_reduction ? conv::deterministic_chunks(gk) : 1;
   const index_t chunk = chunks > 1 ? conv::deterministic_chunk(gk) : gk;
   index_t mc = std::min<index_t>(host_gemm::tuning<Compute>::mc, ceil_div(gm, mr) * mr);
+  if (split_reduction && b_in_place<Compute>(batch.problem(0)).data == nullptr) {
+    // Each task packs B (wgrad: the im2col of x) for its columns and reduction chunk, whatever
+    // its rows: one task over every row, up to blocking::packed_b_rows, packs it once instead of
+    // once per tuning::mc rows (a quarter of the packing on a 512-channel layer).
+    mc = std::min<index_t>(blocking::packed_b_rows, ceil_div(gm, mr) * mr);
+  }
   index_t nc = std::min<index_t>(blocking::nc, ceil_div(gn, nr) * nr);
   const index_t wanted = 4 * static_cast<index_t>(host_thread_count(exec));
   const auto tasks = [&] { return count * chunks * ceil_div(gm, mc) * ceil_div(gn, nc); };
