@@ -584,8 +584,8 @@ def render(results_dir: Path, plots_dir: Path, output: Path, plots: bool) -> int
           "host baselines are those a CPU expert would pick: a loop of OpenBLAS calls and "
           "LIBXSMM's JIT kernels for GEMM, oneDNN's primitives and im2col + OpenBLAS for "
           "convolution; each host GEMM and forward-convolution baseline's result is compared "
-          "with gpubatch's before it is timed. LIBXSMM's GEMM and oneDNN's forward "
-          "convolution benchmarks also time back-to-back pairs of calls, gpubatch's and "
+          "with gpubatch's before it is timed. LIBXSMM's GEMM and oneDNN's convolution "
+          "benchmarks (forward and backward) also time back-to-back pairs of calls, gpubatch's and "
           "their own: the `paired` columns, the median ratio over those pairs, are what a "
           "shared machine's slow spells move least. How to "
           "run the benchmarks and add one: [bench/README.md](../bench/README.md).", ""]
