@@ -59,7 +59,8 @@ struct blocking {
   static constexpr index_t nc = 256;
 };
 
-/// Uninitialised host storage for a call's packed filters, aligned as the micro-kernels load it.
+/// Uninitialised host storage for a call's scratch (packed filters, partial sums), aligned as
+/// the micro-kernels load it.
 template <class T>
 host_gemm::aligned_array<T> uninitialised(index_t count) {
   return host_gemm::allocate_aligned<T>(static_cast<std::size_t>(count > 0 ? count : 1));

@@ -20,6 +20,7 @@
 #include <cstring>
 #include <optional>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 GPUBATCH_NAMESPACE_BEGIN
@@ -616,12 +617,145 @@ in_place<Compute> b_in_place(const conv::wgrad_gemm<TX, TDY, TDW>& g) {
   return {};
 }
 
+/// Whether wgrad's B strips are read in x where it lies, tap by tap: NHWC x of the compute
+/// type whose groups' channels fill whole NR-column strips (C/g a multiple of NR), so that a
+/// strip's step (an output pixel) is NR consecutive channels of one input pixel; the steps of
+/// an output row lie stride_w * C apart, those of consecutive rows stride_h * W * C apart.
+/// Only where a step is at most 256 bytes: the rows of x a pass reads are then spread over the
+/// L1 cache's sets and stay there while every strip of A passes them; 1 or 2 KiB apart (256 or
+/// 512 channels of f32) they share a few sets and evict each other, and reading them in place
+/// measured no faster than packing them (ResNet-50's res4 and res5 3 x 3 layers).
+/// Plain layers have their own in-place B (b_in_place).
+template <class Compute, class Mapping>
+bool b_taps_in_place(const Mapping&) {
+  return false;
+}
+template <class Compute, class TX, class TDY, class TDW>
+bool b_taps_in_place(const conv::wgrad_gemm<TX, TDY, TDW>& g) {
+  if constexpr (std::is_same_v<TX, Compute>) {
+    constexpr index_t most_step_bytes = 256;
+    const conv::conv2d_geometry& geo = g.geo;
+    return geo.nhwc() && geo.cg() % host_gemm::tuning<Compute>::nr == 0 && !plain_matrices(geo) &&
+           geo.stride_w * geo.c * static_cast<index_t>(sizeof(Compute)) <= most_step_bytes;
+  }
+  return false;
+}
+
+/// A filter gradient whose x is of the compute type (the only mappings b_taps_in_place admits).
+template <class Compute, class Mapping>
+struct wgrad_with_x_of : std::false_type {};
+template <class Compute, class TDY, class TDW>
+struct wgrad_with_x_of<Compute, conv::wgrad_gemm<Compute, TDY, TDW>> : std::true_type {};
+
+/// The outputs o in [0, outputs) whose input o * stride + offset lies in [0, extent), as
+/// [first, last) (first == last when none does).
+inline std::pair<index_t, index_t> outputs_inside(index_t offset, index_t stride, index_t extent,
+                                                  index_t outputs) {
+  const index_t first = offset >= 0 ? 0 : ceil_div(-offset, stride);
+  const index_t top = extent - 1 - offset;  // the largest o * stride inside
+  const index_t last = top < 0 ? 0 : std::min(outputs, top / stride + 1);
+  return {std::min(first, last), last};
+}
+
+/// mapped_block for b_taps_in_place layers: no B is packed. A pass's reduction steps are
+/// walked an output row at a time, whole rows of one sample as one call of the run-summing
+/// micro-kernel (a run per row), and the steps whose input falls in the padding are skipped
+/// rather than multiplied as zeros: packing x was a quarter of a 3 x 3 layer's filter gradient.
+/// Each sum still adds its products in reduction order.
+template <class Compute, class TX, class TDY, class TDW, class Store>
+void wgrad_taps_block(const conv::wgrad_gemm<TX, TDY, TDW>& g, index_t i0, index_t rows,
+                      index_t j0, index_t cols, index_t k_begin, index_t k_end, Store&& store) {
+  constexpr int mr = host_gemm::tuning<Compute>::mr;
+  constexpr int nr = host_gemm::tuning<Compute>::nr;
+  const conv::conv2d_geometry& geo = g.geo;
+  const index_t kc = std::max<index_t>(1, std::min(blocking::packed_kc, k_end - k_begin));
+  const index_t a_strips = ceil_div(rows, mr);
+  const index_t b_strips = cols / nr;  // whole: cols and C/g are multiples of NR
+  const index_t ldc = b_strips * nr;
+  Compute* const a = host_gemm::scratch<Compute>(static_cast<std::size_t>(a_strips * mr * kc), 0);
+  Compute* const sums =
+      host_gemm::scratch<Compute>(static_cast<std::size_t>(a_strips * mr * ldc), 2);
+  std::fill(sums, sums + a_strips * mr * ldc, Compute(0));
+  const in_place<Compute> a_direct = a_in_place<Compute>(g);
+  const index_t full_a = a_direct.data != nullptr ? rows / mr : 0;
+  const index_t pixels = geo.pixels();
+  for (index_t k0 = k_begin; k0 < k_end; k0 += kc) {
+    const index_t kcur = std::min(kc, k_end - k0);
+    if (full_a < a_strips) pack_mapped_a(g, i0 + full_a * mr, rows - full_a * mr, k0, kcur, a);
+    // Strip si's A from reduction step kk on, and the step between its runs (an output row).
+    const auto a_strip = [&](index_t si, index_t kk) {
+      return si < full_a ? a_direct.data + (i0 + si * mr) * a_direct.row + kk * a_direct.step
+                         : a + (si - full_a) * mr * kcur + (kk - k0) * mr;
+    };
+    const auto a_step = [&](index_t si) { return si < full_a ? a_direct.step : index_t{mr}; };
+    for (index_t sj = 0; sj < b_strips; ++sj) {
+      index_t ic, ir, is;
+      geo.decode_filter_index(j0 + sj * nr, ic, ir, is);
+      const index_t row_off = ir * geo.dilation_h - geo.pad_h;
+      const index_t col_off = is * geo.dilation_w - geo.pad_w;
+      // (No structured bindings: C++17 lambdas cannot capture them.)
+      const std::pair<index_t, index_t> op_inside =
+          outputs_inside(row_off, geo.stride_h, geo.h, geo.p);
+      const std::pair<index_t, index_t> oq_inside =
+          outputs_inside(col_off, geo.stride_w, geo.w, geo.q);
+      const index_t p_first = op_inside.first, p_last = op_inside.second;
+      const index_t q_first = oq_inside.first, q_last = oq_inside.second;
+      if (p_first == p_last || q_first == q_last) continue;  // the tap sees only padding
+      const index_t channel = g.group * geo.cg() + ic;
+      // Output rows [op_a, op_b) of sample `local`, columns [oq_a, oq_b), as one call per A strip.
+      const auto rows_of = [&](index_t local, index_t op_a, index_t op_b, index_t oq_a,
+                               index_t oq_b) {
+        op_a = std::max(op_a, p_first);
+        op_b = std::min(op_b, p_last);
+        oq_a = std::max(oq_a, q_first);
+        oq_b = std::min(oq_b, q_last);
+        if (op_a >= op_b || oq_a >= oq_b) return;
+        const index_t kk = local * pixels + op_a * geo.q + oq_a;
+        const TX* const b =
+            g.x + geo.x_offset(g.first_sample + local, channel, op_a * geo.stride_h + row_off,
+                               oq_a * geo.stride_w + col_off);
+        for (index_t si = 0; si < a_strips; ++si) {
+          host_gemm::strips<Compute> s{a_strip(si, kk), si < full_a ? a_direct.row : 1,
+                                       a_step(si),      b,
+                                       geo.stride_w * geo.c};
+          s.runs = op_b - op_a;
+          s.a_run = geo.q * a_step(si);
+          s.b_run = geo.stride_h * geo.w * geo.c;
+          host_gemm::micro_kernel<Compute, true>(oq_b - oq_a, s, sums + si * mr * ldc + sj * nr,
+                                                 ldc, /*accumulate=*/true);
+        }
+      };
+      for (index_t kk = k0; kk < k0 + kcur;) {
+        const index_t local = kk / pixels, pixel = kk - local * pixels;
+        const index_t op = pixel / geo.q, oq = pixel - op * geo.q;
+        const index_t left = k0 + kcur - kk;
+        const index_t whole = oq == 0 ? std::min(geo.p - op, left / geo.q) : 0;
+        if (whole > 0) {
+          rows_of(local, op, op + whole, 0, geo.q);
+          kk += whole * geo.q;
+        } else {
+          const index_t end = std::min(geo.q, oq + left);
+          rows_of(local, op, op + 1, oq, end);
+          kk += end - oq;
+        }
+      }
+    }
+  }
+  for (index_t r = 0; r < rows; ++r) store(r, sums + r * ldc);
+}
+
 /// Output block [i0, i0 + rows) x [j0, j0 + cols) of one mapped implicit GEMM over reduction
 /// steps [k_begin, k_end), in passes of blocking::packed_kc in order; store(r, sums) takes row r's
 /// `cols` sums.
 template <class Compute, class Mapping, class Store>
 void mapped_block(const Mapping& g, index_t i0, index_t rows, index_t j0, index_t cols,
                   index_t k_begin, index_t k_end, Store&& store) {
+  if constexpr (wgrad_with_x_of<Compute, Mapping>::value) {
+    if (b_taps_in_place<Compute>(g)) {
+      wgrad_taps_block<Compute>(g, i0, rows, j0, cols, k_begin, k_end, store);
+      return;
+    }
+  }
   constexpr int mr = host_gemm::tuning<Compute>::mr;
   constexpr int nr = host_gemm::tuning<Compute>::nr;
   const index_t length = k_end - k_begin;
@@ -703,7 +837,8 @@ void run_mapped(host_exec exec, const Batch& batch, Compute alpha, Compute beta,
   const index_t chunks = split_reduction ? conv::deterministic_chunks(gk) : 1;
   const index_t chunk = chunks > 1 ? conv::deterministic_chunk(gk) : gk;
   index_t mc = std::min<index_t>(host_gemm::tuning<Compute>::mc, ceil_div(gm, mr) * mr);
-  if (split_reduction && b_in_place<Compute>(batch.problem(0)).data == nullptr) {
+  if (split_reduction && b_in_place<Compute>(batch.problem(0)).data == nullptr &&
+      !b_taps_in_place<Compute>(batch.problem(0))) {
     // Each task packs B (wgrad: the im2col of x) for its columns and reduction chunk, whatever
     // its rows: one task over every row, up to blocking::packed_b_rows, packs it once instead of
     // once per tuning::mc rows (a quarter of the packing on a 512-channel layer).
@@ -721,8 +856,8 @@ void run_mapped(host_exec exec, const Batch& batch, Compute alpha, Compute beta,
   }
   const index_t m_blocks = ceil_div(gm, mc), n_blocks = ceil_div(gn, nc);
   const index_t per_problem = m_blocks * n_blocks * chunks;
-  std::vector<Compute> partial(
-      chunks > 1 ? static_cast<std::size_t>(count * chunks * gm * gn) : 0);
+  // Every chunk's blocks write all of its sums: nothing to clear first (megabytes per call).
+  const auto partial = uninitialised<Compute>(chunks > 1 ? count * chunks * gm * gn : 0);
   host_parallel_for(exec, count * per_problem, schedule::dynamic, [&](index_t task) {
     const index_t i = task / per_problem, rest = task % per_problem;
     const index_t z = rest % chunks, block = rest / chunks;
@@ -731,7 +866,7 @@ void run_mapped(host_exec exec, const Batch& batch, Compute alpha, Compute beta,
     const index_t k_begin = z * chunk, k_end = std::min(gk, k_begin + chunk);
     const index_t rows = std::min(mc, gm - i0), cols = std::min(nc, gn - j0);
     if (chunks > 1) {
-      Compute* const out = partial.data() + (i * chunks + z) * gm * gn;
+      Compute* const out = partial.get() + (i * chunks + z) * gm * gn;
       mapped_block<Compute>(g, i0, rows, j0, cols, k_begin, k_end,
                             [&](index_t r, const Compute* sums) {
                               std::copy(sums, sums + cols, out + (i0 + r) * gn + j0);
@@ -748,7 +883,7 @@ void run_mapped(host_exec exec, const Batch& batch, Compute alpha, Compute beta,
     host_parallel_for(exec, count * gm, schedule::uniform, [&](index_t task) {
       const index_t i = task / gm, row = task % gm;
       Compute* const sum = host_gemm::scratch<Compute>(static_cast<std::size_t>(gn), 0);
-      const Compute* const first = partial.data() + (i * chunks * gm + row) * gn;
+      const Compute* const first = partial.get() + (i * chunks * gm + row) * gn;
       std::fill(sum, sum + gn, Compute(0));
       for (index_t z = 0; z < chunks; ++z) {
         const Compute* const part = first + z * gm * gn;
