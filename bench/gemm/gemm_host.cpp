@@ -120,12 +120,8 @@ template <class T, bool CacheResident>
 void gemm_gpubatch(benchmark::State& state) {
   bench::run_host_benchmark(state, [&] {
     square_batch<T> data(state.range(0), CacheResident);
-    const index_t n = data.n;
-    const auto a = gpubatch::matrix_batch_view<const T>::packed(data.a, n, n, data.count);
-    const auto b = gpubatch::matrix_batch_view<const T>::packed(data.b, n, n, data.count);
-    const auto c = gpubatch::matrix_batch_view<T>::packed(data.c, n, n, data.count);
     for (auto _ : state) {
-      gpubatch::gemm(gpubatch::on_host, gpubatch::op::none, gpubatch::op::none, T(1), a, b, T(0), c);
+      data.run_gpubatch();
       benchmark::DoNotOptimize(data.c.data());
     }
     data.set_rates(state);
