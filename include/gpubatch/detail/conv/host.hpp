@@ -21,6 +21,7 @@
 #include <cstring>
 #include <memory>
 #include <type_traits>
+#include <utility>
 
 #if defined(_OPENMP)
 #include <omp.h>
@@ -58,6 +59,16 @@ struct blocking {
   /// Output channels one task covers; its accumulators (mc x nc) are reused across chunks.
   static constexpr index_t nc = 256;
 };
+
+/// The outputs o in [0, outputs) whose input o * stride + offset lies in [0, extent), as
+/// [first, last) (first == last when none does).
+inline std::pair<index_t, index_t> outputs_inside(index_t offset, index_t stride, index_t extent,
+                                                  index_t outputs) {
+  const index_t first = offset >= 0 ? 0 : ceil_div(-offset, stride);
+  const index_t top = extent - 1 - offset;  // the largest o * stride inside
+  const index_t last = top < 0 ? 0 : std::min(outputs, top / stride + 1);
+  return {std::min(first, last), last};
+}
 
 /// Uninitialised host storage for a call's scratch (packed filters, partial sums), aligned as
 /// the micro-kernels load it.
@@ -413,9 +424,9 @@ void depthwise(host_exec exec, const fprop_batch<TX, TW, TY>& batch, Compute alp
           const Compute wv = set[(ir * geo.s + is) * geo.k + ik];
           // Output columns whose tap lands inside the row: 0 <= oq * stride + shift < W.
           const index_t shift = is * geo.dilation_w - geo.pad_w;
-          const index_t q_begin = shift >= 0 ? 0 : ceil_div(-shift, geo.stride_w);
-          const index_t q_end =
-              geo.w - 1 - shift < 0 ? 0 : std::min(geo.q, (geo.w - 1 - shift) / geo.stride_w + 1);
+          const std::pair<index_t, index_t> inside =
+              outputs_inside(shift, geo.stride_w, geo.w, geo.q);
+          const index_t q_begin = inside.first, q_end = inside.second;
           for (index_t op = 0; op < geo.p; ++op) {
             const index_t ih = op * geo.stride_h - geo.pad_h + ir * geo.dilation_h;
             if (ih < 0 || ih >= geo.h) continue;

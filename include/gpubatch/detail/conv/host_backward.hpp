@@ -647,16 +647,6 @@ struct wgrad_with_x_of : std::false_type {};
 template <class Compute, class TDY, class TDW>
 struct wgrad_with_x_of<Compute, conv::wgrad_gemm<Compute, TDY, TDW>> : std::true_type {};
 
-/// The outputs o in [0, outputs) whose input o * stride + offset lies in [0, extent), as
-/// [first, last) (first == last when none does).
-inline std::pair<index_t, index_t> outputs_inside(index_t offset, index_t stride, index_t extent,
-                                                  index_t outputs) {
-  const index_t first = offset >= 0 ? 0 : ceil_div(-offset, stride);
-  const index_t top = extent - 1 - offset;  // the largest o * stride inside
-  const index_t last = top < 0 ? 0 : std::min(outputs, top / stride + 1);
-  return {std::min(first, last), last};
-}
-
 /// mapped_block for b_taps_in_place layers: no B is packed. A pass's reduction steps are
 /// walked an output row at a time, whole rows of one sample as one call of the run-summing
 /// micro-kernel (a run per row), and the steps whose input falls in the padding are skipped
@@ -1212,10 +1202,10 @@ void depthwise_wgrad_nhwc(host_exec exec, const conv::wgrad_batch<Compute, Compu
         const index_t ir = (t0 + t) / geo.s, is = (t0 + t) % geo.s;
         row_off[t] = ir * geo.dilation_h - geo.pad_h;
         col_off[t] = is * geo.dilation_w - geo.pad_w;
-        q_lo = std::max(q_lo, col_off[t] >= 0 ? 0 : ceil_div(-col_off[t], geo.stride_w));
-        q_hi = std::min(q_hi, geo.w - 1 - col_off[t] < 0
-                                  ? index_t(0)
-                                  : (geo.w - 1 - col_off[t]) / geo.stride_w + 1);
+        const std::pair<index_t, index_t> inside =
+            outputs_inside(col_off[t], geo.stride_w, geo.w, geo.q);
+        q_lo = std::max(q_lo, inside.first);
+        q_hi = std::min(q_hi, inside.second);
       }
       q_hi = std::max(q_hi, q_lo);
       vec acc[taps_per_pass] = {};
@@ -1333,9 +1323,8 @@ void depthwise_wgrad(host_exec exec, const conv::wgrad_batch<TX, TDY, TDW>& batc
       Compute acc[block] = {};
       Compute xs[block];
       const index_t shift = is * geo.dilation_w - geo.pad_w;
-      const index_t q_begin = shift >= 0 ? 0 : ceil_div(-shift, geo.stride_w);
-      const index_t q_end =
-          geo.w - 1 - shift < 0 ? 0 : std::min(geo.q, (geo.w - 1 - shift) / geo.stride_w + 1);
+      const std::pair<index_t, index_t> inside = outputs_inside(shift, geo.stride_w, geo.w, geo.q);
+      const index_t q_begin = inside.first, q_end = inside.second;
       for (index_t local = set * per_set; local < (set + 1) * per_set; ++local) {
         const index_t sample = batch.first_sample + local;
         for (index_t op = 0; op < geo.p; ++op) {
