@@ -222,11 +222,12 @@ struct output_pixel_walk {
 /// contiguous pieces of x: consecutive channels of one tap, or, with one group and no
 /// horizontal dilation, of consecutive taps of one filter row (the stem's 3 channels x 7
 /// taps). A step costs one bounds test and one copy per run, not per element; a run that
-/// crosses the input's edge is copied tap by tap.
+/// crosses the input's edge is copied tap by tap. Strips are `width` columns wide (NR, or the
+/// whole block for wgrad_b_panel's row-major panel of pitch `width`).
 template <class Compute, class TX, class TDY, class TDW>
 void pack_wgrad_b_nhwc(const conv::wgrad_gemm<TX, TDY, TDW>& g, index_t j0, index_t cols,
-                       index_t k0, index_t kc, Compute* out) {
-  constexpr int nr = host_gemm::tuning<Compute>::nr;
+                       index_t k0, index_t kc, Compute* out,
+                       index_t width = host_gemm::tuning<Compute>::nr) {
   const conv::conv2d_geometry& geo = g.geo;
   const index_t cg = geo.cg();
   const bool rows_contiguous = geo.groups == 1 && geo.dilation_w == 1;
@@ -238,14 +239,14 @@ void pack_wgrad_b_nhwc(const conv::wgrad_gemm<TX, TDY, TDW>& g, index_t j0, inde
   };
   const auto copy = [](Compute* to, const TX* from, index_t count) {
     if constexpr (std::is_same_v<TX, Compute>) {
-      std::memcpy(to, from, static_cast<std::size_t>(count) * sizeof(Compute));
+      copy_run(to, from, count);
     } else {
       for (index_t t = 0; t < count; ++t) to[t] = convert<Compute>(from[t]);
     }
   };
-  for (index_t s0 = 0; s0 < cols; s0 += nr, out += kc * nr) {
-    const int valid = static_cast<int>(std::min<index_t>(nr, cols - s0));
-    x_run runs[nr];
+  for (index_t s0 = 0; s0 < cols; s0 += width, out += kc * width) {
+    const int valid = static_cast<int>(std::min<index_t>(width, cols - s0));
+    x_run runs[blocking::nc];
     int run_count = 0;
     for (int c = 0; c < valid;) {
       index_t ic, ir, is;
@@ -259,7 +260,7 @@ void pack_wgrad_b_nhwc(const conv::wgrad_gemm<TX, TDY, TDW>& g, index_t j0, inde
     }
     output_pixel_walk at(geo, k0);
     for (index_t kk = 0; kk < kc; ++kk, at.next()) {
-      Compute* const dst = out + kk * nr;
+      Compute* const dst = out + kk * width;
       const TX* const sample = g.x + geo.x_offset(g.first_sample + at.local, 0, 0, 0);
       const index_t h0 = at.op * geo.stride_h, w0 = at.oq * geo.stride_w;
       for (int u = 0; u < run_count; ++u) {
@@ -286,7 +287,7 @@ void pack_wgrad_b_nhwc(const conv::wgrad_gemm<TX, TDY, TDW>& g, index_t j0, inde
           }
         }
       }
-      std::fill(dst + valid, dst + nr, Compute(0));
+      std::fill(dst + valid, dst + width, Compute(0));
     }
   }
 }
@@ -641,11 +642,34 @@ bool b_taps_in_place(const conv::wgrad_gemm<TX, TDY, TDW>& g) {
   return false;
 }
 
+/// Any filter gradient (the mappings wgrad_b_panel admits).
+template <class Mapping>
+struct is_wgrad_gemm : std::false_type {};
+template <class TX, class TDY, class TDW>
+struct is_wgrad_gemm<conv::wgrad_gemm<TX, TDY, TDW>> : std::true_type {};
+
 /// A filter gradient whose x is of the compute type (the only mappings b_taps_in_place admits).
 template <class Compute, class Mapping>
 struct wgrad_with_x_of : std::false_type {};
 template <class Compute, class TDY, class TDW>
 struct wgrad_with_x_of<Compute, conv::wgrad_gemm<Compute, TDY, TDW>> : std::true_type {};
+
+/// Whether mapped_block packs wgrad's B as one row-major panel across its block's columns
+/// rather than in NR-column strips: NHWC x whose filter row is one run of fewer than NR
+/// consecutive elements (one group, no horizontal dilation; the stem's 7 taps x 3 channels).
+/// Strips cut such runs at every strip edge and walk a pass's output pixels once per strip; the
+/// panel copies each filter row once per pixel, and the micro-kernel reads its strips a panel
+/// row apart.
+template <class Compute, class Mapping>
+bool wgrad_b_panel(const Mapping&) {
+  return false;
+}
+template <class Compute, class TX, class TDY, class TDW>
+bool wgrad_b_panel(const conv::wgrad_gemm<TX, TDY, TDW>& g) {
+  const conv::conv2d_geometry& geo = g.geo;
+  return geo.nhwc() && geo.groups == 1 && geo.dilation_w == 1 &&
+         geo.s * geo.c < host_gemm::tuning<Compute>::nr;
+}
 
 /// mapped_block for b_taps_in_place layers: no B is packed. A pass's reduction steps are
 /// walked an output row at a time, whole rows of one sample as one call of the run-summing
@@ -736,6 +760,7 @@ void wgrad_taps_block(const conv::wgrad_gemm<TX, TDY, TDW>& g, index_t i0, index
 
 /// Output block [i0, i0 + rows) x [j0, j0 + cols) of one mapped implicit GEMM over reduction
 /// steps [k_begin, k_end), in passes of blocking::packed_kc in order; store(r, sums) takes row r's
+
 /// `cols` sums.
 template <class Compute, class Mapping, class Store>
 void mapped_block(const Mapping& g, index_t i0, index_t rows, index_t j0, index_t cols,
@@ -748,11 +773,19 @@ void mapped_block(const Mapping& g, index_t i0, index_t rows, index_t j0, index_
   }
   constexpr int mr = host_gemm::tuning<Compute>::mr;
   constexpr int nr = host_gemm::tuning<Compute>::nr;
+  // Whole strips of an operand that lies as a plain matrix are read in place; the rest packed
+  // (B in strips, or as one panel).
+  const in_place<Compute> a_direct = a_in_place<Compute>(g);
+  const in_place<Compute> b_direct = b_in_place<Compute>(g);
+  const bool b_panel = b_direct.data == nullptr && wgrad_b_panel<Compute>(g);
   const index_t length = k_end - k_begin;
-  const index_t kc = std::max<index_t>(1, std::min(blocking::packed_kc, length));
+  const index_t kc =
+      std::max<index_t>(1, std::min(b_panel ? blocking::panel_kc : blocking::packed_kc, length));
   const index_t a_strips = ceil_div(rows, mr);
   const index_t b_strips = ceil_div(cols, nr);
   const index_t ldc = b_strips * nr;
+  const index_t full_a = a_direct.data != nullptr ? rows / mr : 0;
+  const index_t full_b = b_direct.data != nullptr ? cols / nr : 0;
   Compute* const a = host_gemm::scratch<Compute>(static_cast<std::size_t>(a_strips * mr * kc), 0);
   Compute* const b = host_gemm::scratch<Compute>(static_cast<std::size_t>(b_strips * nr * kc), 1);
   Compute* const sums =
@@ -760,21 +793,22 @@ void mapped_block(const Mapping& g, index_t i0, index_t rows, index_t j0, index_
   if (length <= 0) {
     std::fill(sums, sums + a_strips * mr * ldc, Compute(0));
   }
-  // Whole strips of an operand that lies as a plain matrix are read in place; the rest packed.
-  const in_place<Compute> a_direct = a_in_place<Compute>(g);
-  const in_place<Compute> b_direct = b_in_place<Compute>(g);
-  const index_t full_a = a_direct.data != nullptr ? rows / mr : 0;
-  const index_t full_b = b_direct.data != nullptr ? cols / nr : 0;
   for (index_t k0 = k_begin; k0 < k_end; k0 += kc) {
     const index_t kcur = std::min(kc, k_end - k0);
     if (full_a < a_strips) pack_mapped_a(g, i0 + full_a * mr, rows - full_a * mr, k0, kcur, a);
-    if (full_b < b_strips) pack_mapped_b(g, j0 + full_b * nr, cols - full_b * nr, k0, kcur, b);
+    if constexpr (is_wgrad_gemm<Mapping>::value) {
+      if (b_panel) pack_wgrad_b_nhwc(g, j0, cols, k0, kcur, b, ldc);
+    }
+    if (full_b < b_strips && !b_panel) {
+      pack_mapped_b(g, j0 + full_b * nr, cols - full_b * nr, k0, kcur, b);
+    }
     for (index_t sj = 0; sj < b_strips; ++sj) {
       const bool b_read_in_place = sj < full_b;
       const Compute* const b_strip =
           b_read_in_place ? b_direct.data + k0 * b_direct.step + j0 + sj * nr
+          : b_panel       ? b + sj * nr
                           : b + (sj - full_b) * nr * kcur;
-      const index_t b_step = b_read_in_place ? b_direct.step : nr;
+      const index_t b_step = b_read_in_place ? b_direct.step : b_panel ? ldc : nr;
       for (index_t si = 0; si < a_strips; ++si) {
         const host_gemm::strips<Compute> operands =
             si < full_a ? host_gemm::strips<Compute>{a_direct.data + (i0 + si * mr) * a_direct.row +
