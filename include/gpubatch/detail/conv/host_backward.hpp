@@ -1038,7 +1038,7 @@ void depthwise_wgrad_run(const Compute* dy, index_t dy_step, const Compute* cons
   for (int t = 0; t < Taps; ++t) acc[t] = sums[t];
 }
 
-/// A whole output row of depthwise_wgrad_nhwc for a 3 x 3 filter without horizontal dilation
+/// A whole output row of depthwise_wgrad_rows_3x3 for a 3 x 3 filter without horizontal dilation
 /// at horizontal stride Stride (1 or 2): a pixel's 9 inputs stay in registers for the next
 /// pixel's taps that read them (6 of 9 at stride 1, 3 at stride 2), so a pixel loads 3 or 6
 /// inputs instead of 9, and the inputs left or right of the row are read from a vector of zeros
@@ -1134,16 +1134,16 @@ inline void depthwise_wgrad_pixel_3x3(const Compute* dy, const Compute* const* f
 /// depends on the layer alone, never on the thread count.
 inline constexpr index_t depthwise_wgrad_chunk_rows = 8;
 
-/// dw of an NHWC 3 x 3 depthwise layer over up to 256 channels (one filter per input channel, x
-/// and dy of the compute type): one task per (set, sample of the set, chunk of
-/// depthwise_wgrad_chunk_rows output rows) walks its chunk pixel by pixel, each pixel's 9 taps
-/// for all of its channels at once (depthwise_wgrad_pixel_3x3), the sums in L1. Memory is read
-/// whole lines in order; a task per block of 16 channels over the batch (depthwise_wgrad_nhwc)
-/// reads one line of every pixel, a pixel apart, and took 1.7x to 1.9x this time on
-/// MobileNetV2's 56 x 56 x 144 layer (but 0.8x to 0.9x on 14 x 14 x 576, hence the bound on
-/// the channels). Each task's sums run over its rows and columns in order, zero products
-/// added where a tap falls in the padding; the tasks' sums are then added in order of sample
-/// and chunk.
+/// dw of an NHWC 3 x 3 depthwise layer over up to 256 channels (one filter per input channel, x and
+/// dy of the compute type): one task per (set, sample of the set, chunk of
+/// depthwise_wgrad_chunk_rows output rows) walks its chunk pixel by pixel, each pixel's 9 taps for
+/// all of its channels at once (depthwise_wgrad_pixel_3x3), the sums in L1. Memory is read whole
+/// lines in order; a task per block of 16 channels over the batch reads one line of every pixel, a
+/// pixel apart, and took 1.7x to 1.9x this time on MobileNetV2's 56 x 56 x 144 layer (spans of 6
+/// blocks, depthwise_wgrad_rows_3x3: about 1.2x; but less than this on 14 x 14 x 576, hence the
+/// bound on the channels). Each task's sums run over its rows and columns in order, zero products
+/// added where a tap falls in the padding; the tasks' sums are then added in order of sample and
+/// chunk.
 template <class Compute, class TDW>
 void depthwise_wgrad_pixels_3x3(host_exec exec, const conv::wgrad_batch<Compute, Compute, TDW>& batch,
                                 Compute alpha, Compute beta) {
@@ -1197,6 +1197,71 @@ void depthwise_wgrad_pixels_3x3(host_exec exec, const conv::wgrad_batch<Compute,
   });
 }
 
+/// Blocks of 16 channels per task of depthwise_wgrad_rows_3x3 (fixed, like the blocks).
+inline constexpr index_t depthwise_wgrad_row_span = 6;
+
+/// dw of the whole 16-channel blocks of an NHWC 3 x 3 depthwise layer at horizontal stride 1
+/// or 2 without horizontal dilation (one filter per input channel, x and dy of the compute
+/// type): one task per (set, span of depthwise_wgrad_row_span blocks) walks the set's output
+/// rows, each row once per block of the span (depthwise_wgrad_row_3x3), the block's 9 sums
+/// kept in registers along the row. A pixel's channels of the span are read together, 384
+/// contiguous bytes in f32, where a task per block had read one 64-byte line of each pixel, a
+/// pixel apart: MobileNetV2's 14 x 14 x 576 layer had taken 1.23x to 1.73x oneDNN's time,
+/// paired, 0.96x to 1.30x in spans of 6 (1.07x to 1.39x in spans of 4, 1.07x to 1.33x in 12).
+/// Each (channel, tap) sum runs over samples, rows and columns in order.
+template <class Compute, class TDW>
+void depthwise_wgrad_rows_3x3(host_exec exec, const conv::wgrad_batch<Compute, Compute, TDW>& batch,
+                              Compute alpha, Compute beta) {
+  using vec = depthwise_wgrad_vec<Compute>;
+  constexpr index_t lanes = depthwise_wgrad_lanes;
+  constexpr index_t span = depthwise_wgrad_row_span;
+  const conv::conv2d_geometry& geo = batch.geo;
+  const index_t sets = batch.per_sample ? batch.samples : 1;
+  const index_t per_set = batch.per_sample ? 1 : batch.samples;
+  const index_t blocks = geo.k / lanes;
+  const index_t spans = ceil_div(blocks, span);
+  host_parallel_for(exec, sets * spans, schedule::dynamic, [&](index_t task) {
+    const index_t set = task / spans, b0 = (task % spans) * span;
+    const index_t count = std::min(span, blocks - b0);
+    const Compute* const zeros = zero_row<Compute>(geo.w * geo.c);
+    vec acc[span][9] = {};
+    for (index_t local = set * per_set; local < (set + 1) * per_set; ++local) {
+      const index_t sample = batch.first_sample + local;
+      const Compute* const xs = batch.x + geo.x_offset(sample, 0, 0, 0);
+      for (index_t op = 0; op < geo.p; ++op) {
+        // Filter row r's input row (a row of zeros, laid out as x's, above or below the input).
+        const Compute* rows[3];
+        for (int r = 0; r < 3; ++r) {
+          const index_t ih = op * geo.stride_h - geo.pad_h + r * geo.dilation_h;
+          rows[r] = ih >= 0 && ih < geo.h ? xs + ih * geo.w * geo.c : zeros;
+        }
+        const Compute* const d = batch.dy + geo.y_offset(sample, 0, op * geo.q);
+        for (index_t b = 0; b < count; ++b) {
+          const index_t k0 = (b0 + b) * lanes;
+          const Compute* const block_rows[3] = {rows[0] + k0, rows[1] + k0, rows[2] + k0};
+          if (geo.stride_w == 1) {
+            depthwise_wgrad_row_3x3<1>(d + k0, geo.k, block_rows, zeros, geo.c, -geo.pad_w,
+                                       geo.w, geo.q, acc[b]);
+          } else {
+            depthwise_wgrad_row_3x3<2>(d + k0, geo.k, block_rows, zeros, geo.c, -geo.pad_w,
+                                       geo.w, geo.q, acc[b]);
+          }
+        }
+      }
+    }
+    for (index_t b = 0; b < count; ++b) {
+      for (index_t c = 0; c < lanes; ++c) {
+        const index_t k = (b0 + b) * lanes + c;
+        for (index_t t = 0; t < 9; ++t) {
+          store_output(batch.dw[set * geo.filter_set_size() + k * 9 + t], acc[b][t][c], alpha,
+                       beta, epilogue::identity{}, batch.per_sample ? batch.first_sample + set : 0,
+                       k, t);
+        }
+      }
+    }
+  });
+}
+
 /// dw of an NHWC depthwise layer with one filter per input channel, x and dy of the compute
 /// type: one task per (set, block of 16 channels), which walks the output pixels once per pass
 /// of up to 9 taps, reading each dy vector once for all of them with the taps' sums in
@@ -1204,7 +1269,9 @@ void depthwise_wgrad_pixels_3x3(host_exec exec, const conv::wgrad_batch<Compute,
 /// sums in memory: MobileNetV2's layers took 6 to 10x oneDNN's time.) Columns whose taps all
 /// lie inside the input's width run unchecked, a tap's row above or below the input read from
 /// a row of zeros (adding zero products where the edge columns skip the tap). Each (channel,
-/// tap) sum runs over samples, rows and columns in order.
+/// tap) sum runs over samples, rows and columns in order. 3 x 3 layers go to
+/// depthwise_wgrad_pixels_3x3 up to 256 channels, else their whole blocks to
+/// depthwise_wgrad_rows_3x3 where it applies.
 template <class Compute, class TDW>
 void depthwise_wgrad_nhwc(host_exec exec, const conv::wgrad_batch<Compute, Compute, TDW>& batch,
                           Compute alpha, Compute beta) {
@@ -1217,16 +1284,20 @@ void depthwise_wgrad_nhwc(host_exec exec, const conv::wgrad_batch<Compute, Compu
     depthwise_wgrad_pixels_3x3(exec, batch, alpha, beta);
     return;
   }
+  // 3 x 3 filters at horizontal stride 1 or 2 without horizontal dilation: whole blocks in
+  // whole rows (depthwise_wgrad_rows_3x3), a partial last block below.
+  index_t first_block = 0;
+  if (window == 9 && geo.s == 3 && geo.dilation_w == 1 && geo.stride_w <= 2) {
+    depthwise_wgrad_rows_3x3(exec, batch, alpha, beta);
+    first_block = geo.k / lanes;
+  }
   const index_t sets = batch.per_sample ? batch.samples : 1;
   const index_t per_set = batch.per_sample ? 1 : batch.samples;
-  const index_t blocks = ceil_div(geo.k, lanes);
+  const index_t blocks = ceil_div(geo.k, lanes) - first_block;
   host_parallel_for(exec, sets * blocks, schedule::dynamic, [&](index_t task) {
-    const index_t set = task / blocks, k0 = (task % blocks) * lanes;
+    const index_t set = task / blocks, k0 = (first_block + task % blocks) * lanes;
     const index_t width = std::min(lanes, geo.k - k0);
     const Compute* const zeros = zero_row<Compute>(geo.w * geo.c);
-    // 3 x 3 filters at horizontal stride 1 or 2 without horizontal dilation: whole rows in
-    // depthwise_wgrad_row_3x3.
-    const bool whole_rows = window == 9 && geo.s == 3 && geo.dilation_w == 1 && geo.stride_w <= 2;
     for (index_t t0 = 0; t0 < window; t0 += taps_per_pass) {
       const index_t taps = std::min(taps_per_pass, window - t0);
       index_t row_off[taps_per_pass], col_off[taps_per_pass];
@@ -1250,23 +1321,6 @@ void depthwise_wgrad_nhwc(host_exec exec, const conv::wgrad_batch<Compute, Compu
         for (index_t op = 0; op < geo.p; ++op) {
           const Compute* d = batch.dy + geo.y_offset(sample, k0, op * geo.q);
           const index_t h0 = op * geo.stride_h;
-          if (whole_rows && width == lanes) {
-            const Compute* rows[3];
-            for (int r = 0; r < 3; ++r) {
-              const index_t ih = h0 + row_off[3 * r];
-              rows[r] = ih >= 0 && ih < geo.h ? xs + ih * geo.w * geo.c : zeros + k0;
-            }
-            const auto row = [&](auto stride) {
-              depthwise_wgrad_row_3x3<decltype(stride)::value>(d, geo.k, rows, zeros, geo.c,
-                                                               -geo.pad_w, geo.w, geo.q, acc);
-            };
-            if (geo.stride_w == 1) {
-              row(std::integral_constant<int, 1>{});
-            } else {
-              row(std::integral_constant<int, 2>{});
-            }
-            continue;
-          }
           for (index_t oq = 0; oq < geo.q; ++oq, d += geo.k) {
             const index_t w0 = oq * geo.stride_w;
             if (width == lanes && oq == q_lo && q_hi > q_lo) {
