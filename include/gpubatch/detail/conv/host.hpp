@@ -129,16 +129,21 @@ const Compute* zero_row(index_t count) {
   return zeros.get();
 }
 
-/// Copies `count` elements as fixed-size pieces the compiler turns into vector moves, the last
-/// piece overlapping the one before it. The gathers copy runs of a few dozen bytes (the stem's
-/// filter row: 7 pixels of 3 channels), where a call of memcpy per run showed: the stem's
-/// forward pass ran 1.13x to 1.18x oneDNN's time with it (paired), 0.99x to 1.02x with this.
+/// Copies `count` elements; up to 256 bytes as fixed-size pieces the compiler turns into
+/// vector moves, the last piece overlapping the one before it. The gathers copy runs of a few
+/// dozen bytes (the stem's filter row: 7 pixels of 3 channels), where a call of memcpy per run
+/// showed: the stem's forward pass ran 1.13x to 1.18x oneDNN's time with it (paired), 0.99x to
+/// 1.02x with this. Longer runs still go to memcpy, whose call they amortise.
 template <class T>
 inline void copy_run(T* to, const T* from, index_t count) {
   static_assert(std::is_trivially_copyable_v<T>);
   auto* const dst = reinterpret_cast<unsigned char*>(to);
   const auto* const src = reinterpret_cast<const unsigned char*>(from);
   const std::size_t bytes = static_cast<std::size_t>(count) * sizeof(T);
+  if (bytes > 256) {
+    std::memcpy(dst, src, bytes);
+    return;
+  }
   const auto pieces = [&](auto size) {  // bytes >= size: whole pieces, then an overlapping one
     constexpr std::size_t piece = decltype(size)::value;
     std::size_t e = 0;
