@@ -781,9 +781,8 @@ void wgrad_taps_block(const conv::wgrad_gemm<TX, TDY, TDW>& g, index_t i0, index
 }
 
 /// Output block [i0, i0 + rows) x [j0, j0 + cols) of one mapped implicit GEMM over reduction
-/// steps [k_begin, k_end), in passes of blocking::packed_kc in order; store(r, sums) takes row r's
-
-/// `cols` sums.
+/// steps [k_begin, k_end), in passes of blocking::packed_kc (panel_kc where B is one panel) in
+/// order; store(r, sums) takes row r's `cols` sums.
 template <class Compute, class Mapping, class Store>
 void mapped_block(const Mapping& g, index_t i0, index_t rows, index_t j0, index_t cols,
                   index_t k_begin, index_t k_end, Store&& store) {
