@@ -657,11 +657,23 @@ void tiny_problem(const gemm_instance<TA, TB, TC>& p, Compute alpha, Compute bet
   constexpr int lanes = bytes / static_cast<int>(sizeof(Compute));
   constexpr int vectors = (NB + lanes - 1) / lanes;
   constexpr int width = vectors * lanes;  // NB rounded up to whole vectors
-  // Eight rows at a time (four when a row takes more than two vectors, to stay in registers;
-  // never more than a square problem has): independent accumulator chains hide the
-  // multiply-add latency.
-  constexpr int max_rows = vectors <= 2 ? 8 : 4;
-  constexpr int rows = Square > 0 && Square < max_rows ? Square : max_rows;
+  // Column passes of up to a quarter of the register file in vectors (all of a row with
+  // AVX-512), and as many rows a pass as leave a pass's sums, B's vectors and A's broadcast in
+  // registers: 8 rows with 32 registers (4 from 3 vectors up), at most 8 with 16 (AVX2, SSE),
+  // and never more than a square problem has. Independent accumulator chains hide the
+  // multiply-add latency; 8 rows of 2 vectors, or 4 of 4 (f32 at 16 and 32 with AVX2, f64 at 8
+  // and 16) had needed 19 and 21 registers of 16 and spilled: 1.5x and 4.4x LIBXSMM's time.
+  constexpr int registers = vector_bytes == 64 ? 32 : 16;
+  constexpr int pass_vectors = vectors < registers / 4 ? vectors : registers / 4;
+  constexpr int passes = (vectors + pass_vectors - 1) / pass_vectors;
+  static_assert(vectors % pass_vectors == 0);
+  constexpr int fit_rows = registers == 32 ? (vectors <= 2 ? 8 : 4)
+                                           : std::min(8, (registers - 1 - pass_vectors) / pass_vectors);
+  // A square problem (4, 8 or 16 rows) in whole passes: 4 rows where fit_rows (6) divides none.
+  constexpr int rows = Square == 0 ? fit_rows
+                       : Square <= fit_rows ? Square
+                       : Square % fit_rows == 0 ? fit_rows
+                                                : std::min(4, fit_rows);
   // Every pass is whole when the row count divides a square problem: no clamping of rows.
   constexpr bool whole_passes = Square > 0 && Square % rows == 0;
   const Compute* b = nullptr;
@@ -683,9 +695,6 @@ void tiny_problem(const gemm_instance<TA, TB, TC>& p, Compute alpha, Compute bet
     const index_t valid = whole_passes ? rows : std::min<index_t>(rows, m - i0);
 #if defined(__GNUC__)
     using vec = typename vector_of<Compute, bytes>::type;
-    vec acc[rows][vectors];
-    for (int r = 0; r < rows; ++r)
-      for (int v = 0; v < vectors; ++v) acc[r][v] = vec{};
     // Row starts resolved once per pass; rows past the end repeat the last row, and their
     // results are discarded.
     const TA* a_row[rows];
@@ -693,17 +702,30 @@ void tiny_problem(const gemm_instance<TA, TB, TC>& p, Compute alpha, Compute bet
       a_row[r] = &p.a(whole_passes ? i0 + r : i0 + std::min<index_t>(r, valid - 1), 0);
     }
     const index_t a_step = p.a.stride.col;
-    for (index_t q = 0; q < k; ++q) {
-      // One load per vector into its own variable: copying the row as an array of vectors
-      // goes through the stack.
-      vec bq[vectors];
-      for (int v = 0; v < vectors; ++v) std::memcpy(&bq[v], b + q * b_ld + v * lanes, sizeof(vec));
+    for (int pass = 0; pass < passes; ++pass) {
+      const int v0 = pass * pass_vectors;
+      vec acc[rows][pass_vectors];
+      for (int r = 0; r < rows; ++r)
+        for (int v = 0; v < pass_vectors; ++v) acc[r][v] = vec{};
+      for (index_t q = 0; q < k; ++q) {
+        // One load per vector into its own variable: copying the row as an array of vectors
+        // goes through the stack.
+        vec bq[pass_vectors];
+        GPUBATCH_HOST_UNROLL(8)
+        for (int v = 0; v < pass_vectors; ++v) {
+          std::memcpy(&bq[v], b + q * b_ld + (v0 + v) * lanes, sizeof(vec));
+        }
+        GPUBATCH_HOST_UNROLL(8)
+        for (int r = 0; r < rows; ++r) {
+          const vec a = splat<vec>(convert<Compute>(a_row[r][q * a_step]));
+          GPUBATCH_HOST_UNROLL(8)
+          for (int v = 0; v < pass_vectors; ++v) acc[r][v] += a * bq[v];
+        }
+      }
       for (int r = 0; r < rows; ++r) {
-        const vec a = splat<vec>(convert<Compute>(a_row[r][q * a_step]));
-        for (int v = 0; v < vectors; ++v) acc[r][v] += a * bq[v];
+        std::memcpy(out + r * width + v0 * lanes, acc[r], sizeof(acc[r]));
       }
     }
-    std::memcpy(out, acc, sizeof(acc));
 #else
     for (int e = 0; e < rows * width; ++e) out[e] = Compute(0);
     for (index_t r = 0; r < valid; ++r)
@@ -859,10 +881,13 @@ void with_choice(bool choice, F&& f) {
   }
 }
 
+/// Vector registers of the instruction set the host kernels are compiled for.
+inline constexpr int square_registers = vector_bytes == 64 ? 32 : 16;
+
 /// Rows of C one pass of square_run keeps in registers: the largest power of two up to N whose
 /// accumulators (rows x vectors per row) take at most half the vector register file.
 constexpr int square_rows_per_pass(int n, int vectors_per_row) {
-  const int budget = (vector_bytes == 64 ? 32 : 16) / 2;
+  const int budget = square_registers / 2;
   int rows = 1;
   while (rows * 2 <= n && rows * 2 * vectors_per_row <= budget) rows *= 2;
   return rows;
@@ -896,7 +921,10 @@ __attribute__((noinline)) void square_run(const Batch& batch, index_t first, ind
   constexpr int vec_bytes = row_bytes < vector_bytes ? row_bytes : vector_bytes;
   constexpr int lanes = vec_bytes / static_cast<int>(sizeof(Compute));
   constexpr int V = row_bytes / vec_bytes;  // vectors per row of C
-  constexpr int R = square_rows_per_pass(N, V);
+  // Vectors of a row per column pass: all with AVX-512 (up to 8); 4 with 16 registers, where
+  // B's 8 vectors and a row of sums had spilled.
+  constexpr int VP = V < square_registers / 4 ? V : square_registers / 4;
+  constexpr int R = square_rows_per_pass(N, VP);
   using vec = typename vector_of<Compute, vec_bytes>::type;
   using TC = typename batch_types<Batch>::c;
   constexpr bool vector_store = plain_store<Batch, Compute, Epilogue>;
@@ -915,57 +943,62 @@ __attribute__((noinline)) void square_run(const Batch& batch, index_t first, ind
       // The same B for every pass, so GCC would hoist all of its loads out of the pass loop
       // and, short of registers, keep them on the stack: an opaque pointer per pass stops it.
       const Compute* const b = opaque(p.b.data);
-      vec acc[R][V];
-      GPUBATCH_HOST_UNROLL(64)
-      for (int q = 0; q < N; ++q) {
-        vec bq[V];
-        GPUBATCH_HOST_UNROLL(8)
-        for (int v = 0; v < V; ++v) {
-          std::memcpy(&bq[v], b + q * b_ld + v * lanes, sizeof(vec));
-          keep_in_register(bq[v]);  // else each multiply-add reloads it from memory
-        }
-        GPUBATCH_HOST_UNROLL(16)
-        for (int r = 0; r < R; ++r) {
-          const vec ar = splat<vec>(a[r * a_ld + q]);
+      GPUBATCH_HOST_UNROLL(4)
+      for (int v0 = 0; v0 < V; v0 += VP) {
+        vec acc[R][VP];
+        GPUBATCH_HOST_UNROLL(64)
+        for (int q = 0; q < N; ++q) {
+          vec bq[VP];
           GPUBATCH_HOST_UNROLL(8)
-          for (int v = 0; v < V; ++v) {
-            if (q == 0) {
-              acc[r][v] = ar * bq[v];
-            } else {
-              acc[r][v] += ar * bq[v];
+          for (int v = 0; v < VP; ++v) {
+            std::memcpy(&bq[v], b + q * b_ld + (v0 + v) * lanes, sizeof(vec));
+            keep_in_register(bq[v]);  // else each multiply-add reloads it from memory
+          }
+          GPUBATCH_HOST_UNROLL(16)
+          for (int r = 0; r < R; ++r) {
+            const vec ar = splat<vec>(a[r * a_ld + q]);
+            GPUBATCH_HOST_UNROLL(8)
+            for (int v = 0; v < VP; ++v) {
+              if (q == 0) {
+                acc[r][v] = ar * bq[v];
+              } else {
+                acc[r][v] += ar * bq[v];
+              }
             }
           }
         }
-      }
-      if constexpr (vector_store) {
-        GPUBATCH_HOST_UNROLL(16)
-        for (int r = 0; r < R; ++r) {
-          TC* const out = p.c.data + (i0 + r) * c_ld;
-          GPUBATCH_HOST_UNROLL(8)
-          for (int v = 0; v < V; ++v) {
-            vec x = Scale ? alpha_v * acc[r][v] : acc[r][v];
-            if constexpr (ReadC) {
-              vec old;
-              std::memcpy(&old, out + v * lanes, sizeof(vec));
-              x += beta_v * old;
+        if constexpr (vector_store) {
+          GPUBATCH_HOST_UNROLL(16)
+          for (int r = 0; r < R; ++r) {
+            TC* const out = p.c.data + (i0 + r) * c_ld + v0 * lanes;
+            GPUBATCH_HOST_UNROLL(8)
+            for (int v = 0; v < VP; ++v) {
+              vec x = Scale ? alpha_v * acc[r][v] : acc[r][v];
+              if constexpr (ReadC) {
+                vec old;
+                std::memcpy(&old, out + v * lanes, sizeof(vec));
+                x += beta_v * old;
+              }
+              std::memcpy(out + v * lanes, &x, sizeof(vec));
             }
-            std::memcpy(out + v * lanes, &x, sizeof(vec));
           }
-        }
-      } else {
-        // The epilogue sees every element, a row at a time through a loop kept rolled: unrolled
-        // over the rows, each kernel held R x N inlined copies of the epilogue (60 KiB of code
-        // for f32 at n = 16 with AVX-512, and minutes of compile time for a few epilogues).
-        alignas(64) Compute rows[R][N];
-        std::memcpy(rows, acc, sizeof(acc));
-        GPUBATCH_HOST_UNROLL(1)
-        for (int r = 0; r < R; ++r) {
-          const index_t row = i0 + r;
-          TC* const out = p.c.data + row * c_ld;
-          for (int j = 0; j < N; ++j) {
-            Compute x = alpha * rows[r][j];
-            if constexpr (ReadC) x += beta * convert<Compute>(out[j]);
-            out[j] = convert<TC>(epilogue(x, i, row, index_t{j}));
+        } else {
+          // The epilogue sees every element, a row at a time through a loop kept rolled:
+          // unrolled over the rows, each kernel held R x N inlined copies of the epilogue
+          // (60 KiB of code for f32 at n = 16 with AVX-512, and minutes of compile time for a
+          // few epilogues).
+          constexpr int columns = VP * lanes;
+          alignas(64) Compute rows[R][columns];
+          std::memcpy(rows, acc, sizeof(acc));
+          GPUBATCH_HOST_UNROLL(1)
+          for (int r = 0; r < R; ++r) {
+            const index_t row = i0 + r;
+            TC* const out = p.c.data + row * c_ld + v0 * lanes;
+            for (int j = 0; j < columns; ++j) {
+              Compute x = alpha * rows[r][j];
+              if constexpr (ReadC) x += beta * convert<Compute>(out[j]);
+              out[j] = convert<TC>(epilogue(x, i, row, index_t{v0 * lanes + j}));
+            }
           }
         }
       }
@@ -976,15 +1009,19 @@ __attribute__((noinline)) void square_run(const Batch& batch, index_t first, ind
 /// Whether square_run has an N x N x N kernel for the compute type. Measured faster than the
 /// other paths with AVX-512 (32 registers) at 4, 8, 16, 32 and 64 (64: 1.1x the blocked path,
 /// whose micro-tiles go through a buffer), and where all of C is one register per row; with
-/// 16-byte vectors (16 registers, several per row) the row kernel's wider passes win at 16
-/// and 32. At 4 it beats four_by_four's permutations: 0.6x its time for f64 (a row of C is
+/// AVX2 (16 registers) up to 32 (f32 at 16 and 32: 0.54x and 0.23x tiny_problem's time on
+/// L2-resident batches, where that had spilled its accumulators; f64 at 8, 16 and 32: 0.5x,
+/// 0.24x and 0.3x), not at 64 (f32 and f64: 1.15x to 1.25x the blocked path's time, paired
+/// against LIBXSMM). With 16-byte vectors (several per row) the row kernel's wider passes win
+/// at 16 and 32. At 4 it beats four_by_four's permutations: 0.6x its time for f64 (a row of C is
 /// one 4-lane vector and each step one multiply-add with A broadcast from memory, where the
 /// permutations of f64's two registers took two-source shuffles) and 0.8x for f32, on
 /// L2-resident batches with AVX-512, and 0.6x (f32) and 0.9x (f64) with AVX2.
 template <class Compute, int N>
 constexpr bool has_square_run() {
   const int vectors = std::max(1, N * static_cast<int>(sizeof(Compute)) / vector_bytes);
-  return vector_bytes == 64 || (vectors == 1 && square_rows_per_pass(N, 1) == N);
+  return vector_bytes == 64 || (vector_bytes == 32 && N <= 32) ||
+         (vectors == 1 && square_rows_per_pass(N, 1) == N);
 }
 
 /// Whether try_square_run takes a uniform batch (count > 0): square N x N x N with a square_run
