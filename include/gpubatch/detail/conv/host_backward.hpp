@@ -1040,23 +1040,39 @@ using depthwise_wgrad_vec = typename host_gemm::vector_of<
 /// Interior run of depthwise_wgrad_nhwc: `count` output pixels whose `Taps` taps all lie
 /// inside the input, the accumulators in registers (Taps is a compile-time count so the tap
 /// loop unrolls). from[t] is tap t's input at the run's first pixel; pixels are `step` apart in
-/// x, `dy_step` apart in dy.
+/// x, `dy_step` apart in dy. (5 x 5 filters, 14 x 14 x 576, batch 8 on AVX2: 0.8x to 0.85x the
+/// time of whole 16-channel blocks, whose 9 sums had spilled.)
 template <int Taps, class Compute>
 void depthwise_wgrad_run(const Compute* dy, index_t dy_step, const Compute* const* from,
                          index_t step, index_t count, depthwise_wgrad_vec<Compute>* acc) {
   using vec = depthwise_wgrad_vec<Compute>;
-  vec sums[Taps];
-  for (int t = 0; t < Taps; ++t) sums[t] = acc[t];
-  for (index_t i = 0; i < count; ++i, dy += dy_step) {
-    vec d;
-    std::memcpy(&d, dy, sizeof(vec));
+  // A block's Taps sums and its gradient in registers where a block is one of 32 (AVX-512);
+  // else a native vector of the block at a time (9 taps of a 16-channel block in AVX2's
+  // 16 registers would spill).
+  using part_vec = std::conditional_t<host_gemm::vector_bytes == 64, vec,
+                                      typename host_gemm::vector_of<Compute, host_gemm::vector_bytes>::type>;
+  constexpr int parts = static_cast<int>(sizeof(vec) / sizeof(part_vec));
+  constexpr index_t part_lanes = depthwise_wgrad_lanes / parts;
+  for (int part = 0; part < parts; ++part) {
+    const index_t c0 = part * part_lanes;
+    part_vec sums[Taps];
     for (int t = 0; t < Taps; ++t) {
-      vec x;
-      std::memcpy(&x, from[t] + i * step, sizeof(vec));
-      sums[t] += d * x;
+      std::memcpy(&sums[t], reinterpret_cast<const Compute*>(&acc[t]) + c0, sizeof(part_vec));
+    }
+    const Compute* d = dy + c0;
+    for (index_t i = 0; i < count; ++i, d += dy_step) {
+      part_vec dv;
+      std::memcpy(&dv, d, sizeof(part_vec));
+      for (int t = 0; t < Taps; ++t) {
+        part_vec x;
+        std::memcpy(&x, from[t] + i * step + c0, sizeof(part_vec));
+        sums[t] += dv * x;
+      }
+    }
+    for (int t = 0; t < Taps; ++t) {
+      std::memcpy(reinterpret_cast<Compute*>(&acc[t]) + c0, &sums[t], sizeof(part_vec));
     }
   }
-  for (int t = 0; t < Taps; ++t) acc[t] = sums[t];
 }
 
 /// A whole output row of depthwise_wgrad_rows_3x3 for a 3 x 3 filter without horizontal dilation
