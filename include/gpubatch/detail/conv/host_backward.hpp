@@ -1049,7 +1049,7 @@ void depthwise_wgrad_run(const Compute* dy, index_t dy_step, const Compute* cons
   // A block's Taps sums and its gradient in registers where a block is one of 32 (AVX-512);
   // else a native vector of the block at a time (9 taps of a 16-channel block in AVX2's
   // 16 registers would spill).
-  using part_vec = std::conditional_t<host_gemm::vector_bytes == 64, vec,
+  using part_vec = std::conditional_t<host_gemm::vector_registers == 32, vec,
                                       typename host_gemm::vector_of<Compute, host_gemm::vector_bytes>::type>;
   constexpr int parts = static_cast<int>(sizeof(vec) / sizeof(part_vec));
   constexpr index_t part_lanes = depthwise_wgrad_lanes / parts;
@@ -1319,7 +1319,7 @@ void depthwise_wgrad_rows_3x3(host_exec exec, const conv::wgrad_batch<Compute, C
   // A block's 9 sums, 9 inputs and gradient (19 vectors) fit 32 registers (AVX-512) when a
   // block is one of them; else a native vector of the block at a time.
   constexpr bool window_in_registers =
-      host_gemm::vector_bytes == 64 && sizeof(depthwise_wgrad_vec<Compute>) == 64;
+      host_gemm::vector_registers == 32 && sizeof(depthwise_wgrad_vec<Compute>) == 64;
   using part_vec = typename host_gemm::vector_of<Compute, host_gemm::vector_bytes>::type;
   constexpr index_t part_lanes = host_gemm::vector_bytes / static_cast<index_t>(sizeof(Compute));
   const conv::conv2d_geometry& geo = batch.geo;

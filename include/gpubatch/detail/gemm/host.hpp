@@ -30,13 +30,17 @@ inline constexpr int vector_bytes = 32;
 inline constexpr int vector_bytes = 16;
 #endif
 
+/// Vector registers of that instruction set (x86-64: 32 with AVX-512, 16 with AVX2 or SSE).
+/// Register-blocked kernels size their accumulators from this.
+inline constexpr int vector_registers = vector_bytes == 64 ? 32 : 16;
+
 /// Micro-tile of MR x NR accumulators: two vectors per row, and as many rows as keep the
 /// accumulators within the register file (16 vector registers without AVX-512, 32 with).
 template <class Compute>
 struct tuning {
   static constexpr int lanes = vector_bytes / static_cast<int>(sizeof(Compute));
   static constexpr int nr = 2 * lanes;
-  static constexpr int mr = vector_bytes == 64 ? 8 : 6;
+  static constexpr int mr = vector_registers == 32 ? 8 : 6;
   /// Rows of op(A) one task packs: a block that stays in L2 next to the B panel.
   static constexpr index_t mc = mr * 16;
   /// Bytes of packed op(B) one task keeps. Only one NR-wide strip of it need stay in L1 while
@@ -663,12 +667,12 @@ void tiny_problem(const gemm_instance<TA, TB, TC>& p, Compute alpha, Compute bet
   // and never more than a square problem has. Independent accumulator chains hide the
   // multiply-add latency; 8 rows of 2 vectors, or 4 of 4 (f32 at 16 and 32 with AVX2, f64 at 8
   // and 16) had needed 19 and 21 registers of 16 and spilled: 1.5x and 4.4x LIBXSMM's time.
-  constexpr int registers = vector_bytes == 64 ? 32 : 16;
-  constexpr int pass_vectors = vectors < registers / 4 ? vectors : registers / 4;
+  constexpr int pass_vectors = vectors < vector_registers / 4 ? vectors : vector_registers / 4;
   constexpr int passes = (vectors + pass_vectors - 1) / pass_vectors;
   static_assert(vectors % pass_vectors == 0);
-  constexpr int fit_rows = registers == 32 ? (vectors <= 2 ? 8 : 4)
-                                           : std::min(8, (registers - 1 - pass_vectors) / pass_vectors);
+  constexpr int fit_rows =
+      vector_registers == 32 ? (vectors <= 2 ? 8 : 4)
+                             : std::min(8, (vector_registers - 1 - pass_vectors) / pass_vectors);
   // A square problem (4, 8 or 16 rows) in whole passes: 4 rows where fit_rows (6) divides none.
   constexpr int rows = Square == 0 ? fit_rows
                        : Square <= fit_rows ? Square
@@ -881,13 +885,10 @@ void with_choice(bool choice, F&& f) {
   }
 }
 
-/// Vector registers of the instruction set the host kernels are compiled for.
-inline constexpr int square_registers = vector_bytes == 64 ? 32 : 16;
-
 /// Rows of C one pass of square_run keeps in registers: the largest power of two up to N whose
 /// accumulators (rows x vectors per row) take at most half the vector register file.
 constexpr int square_rows_per_pass(int n, int vectors_per_row) {
-  const int budget = square_registers / 2;
+  const int budget = vector_registers / 2;
   int rows = 1;
   while (rows * 2 <= n && rows * 2 * vectors_per_row <= budget) rows *= 2;
   return rows;
@@ -923,7 +924,7 @@ __attribute__((noinline)) void square_run(const Batch& batch, index_t first, ind
   constexpr int V = row_bytes / vec_bytes;  // vectors per row of C
   // Vectors of a row per column pass: all with AVX-512 (up to 8); 4 with 16 registers, where
   // B's 8 vectors and a row of sums had spilled.
-  constexpr int VP = V < square_registers / 4 ? V : square_registers / 4;
+  constexpr int VP = V < vector_registers / 4 ? V : vector_registers / 4;
   constexpr int R = square_rows_per_pass(N, VP);
   using vec = typename vector_of<Compute, vec_bytes>::type;
   using TC = typename batch_types<Batch>::c;
