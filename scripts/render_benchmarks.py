@@ -619,6 +619,9 @@ def render(results_dir: Path, plots_dir: Path, output: Path, plots: bool) -> int
             if "onednn_cpu_isa" in f.context:
                 blas += (f", oneDNN {f.context.get('onednn_version', '')} on "
                          f"{f.context['onednn_cpu_isa']}")
+            for key, name in (("cublas_version", "cuBLAS"), ("cudnn_version", "cuDNN")):
+                if key in f.context:
+                    blas += f", {name} {f.context[key]}"
             md.append(f"- `{f.path.name}`: {f.context.get('date', 'unknown date')}, "
                       f"commit {f.context.get('gpubatch_commit', 'unknown')}{blas}")
         md.append("")

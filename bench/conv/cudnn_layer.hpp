@@ -29,6 +29,16 @@ inline void cudnn_try(cudnnStatus_t status, const char* call) {
 }
 #define BENCH_CUDNN_TRY(call) cudnn_try((call), #call)
 
+/// The cuDNN library the run loaded (not the one compiled against), in the JSON context: its
+/// kernel choices decide what a ratio against it means.
+[[maybe_unused]] inline const bool cudnn_described = [] {
+  const std::size_t v = cudnnGetVersion();  // major * 10000 + minor * 100 + patch from cuDNN 9
+  benchmark::AddCustomContext("cudnn_version", std::to_string(v / 10000) + "." +
+                                                   std::to_string(v % 10000 / 100) + "." +
+                                                   std::to_string(v % 100));
+  return true;
+}();
+
 template <class T>
 cudnnDataType_t cudnn_type() {
   if constexpr (std::is_same_v<T, gpubatch::half>) {

@@ -36,6 +36,19 @@ void cublas_check(cublasStatus_t status, const char* call) {
 }
 #define CUBLAS_TRY(call) cublas_check((call), #call)
 
+/// The cuBLAS library the run loaded, in the JSON context.
+[[maybe_unused]] const bool cublas_described = [] {
+  int major = 0, minor = 0, patch = 0;
+  if (cublasGetProperty(MAJOR_VERSION, &major) == CUBLAS_STATUS_SUCCESS &&
+      cublasGetProperty(MINOR_VERSION, &minor) == CUBLAS_STATUS_SUCCESS &&
+      cublasGetProperty(PATCH_LEVEL, &patch) == CUBLAS_STATUS_SUCCESS) {
+    benchmark::AddCustomContext("cublas_version", std::to_string(major) + "." +
+                                                      std::to_string(minor) + "." +
+                                                      std::to_string(patch));
+  }
+  return true;
+}();
+
 /// A cuBLAS handle bound to the benchmark's stream.
 struct cublas_handle {
   cublasHandle_t handle = nullptr;
