@@ -169,6 +169,7 @@ inline void micro_kernel_to(index_t k, strips<Compute> s, const Compute* in, ind
   using vec = typename vector_of<Compute, vector_bytes>::type;
   vec c0[mr];
   vec c1[mr];
+  GPUBATCH_HOST_UNROLL(8)
   for (int i = 0; i < mr; ++i) {
     c0[i] = vec{};
     c1[i] = vec{};
@@ -187,6 +188,7 @@ inline void micro_kernel_to(index_t k, strips<Compute> s, const Compute* in, ind
       vec b1;
       std::memcpy(&b0, b, sizeof(vec));
       std::memcpy(&b1, b + lanes, sizeof(vec));
+      GPUBATCH_HOST_UNROLL(8)
       for (int i = 0; i < mr; ++i) {
         keep_in_register(b0);  // at every use: see keep_in_register
         keep_in_register(b1);
@@ -200,11 +202,13 @@ inline void micro_kernel_to(index_t k, strips<Compute> s, const Compute* in, ind
   }
   if (scale != Compute(1)) {
     const vec factor = splat<vec>(scale);
+    GPUBATCH_HOST_UNROLL(8)
     for (int i = 0; i < mr; ++i) {
       c0[i] *= factor;
       c1[i] *= factor;
     }
   }
+  GPUBATCH_HOST_UNROLL(8)
   for (int i = 0; i < mr; ++i) {
     std::memcpy(out + i * out_ld, &c0[i], sizeof(vec));
     std::memcpy(out + i * out_ld + lanes, &c1[i], sizeof(vec));
@@ -260,6 +264,7 @@ inline void micro_kernel_wide(index_t k, strips<Compute> s, index_t b_next, Comp
 #if defined(__GNUC__)
   using vec = typename vector_of<Compute, vector_bytes>::type;
   vec c0[mr], c1[mr], c2[mr], c3[mr];
+  GPUBATCH_HOST_UNROLL(8)
   for (int i = 0; i < mr; ++i) {
     c0[i] = c1[i] = c2[i] = c3[i] = vec{};
     if (accumulate) {
@@ -280,6 +285,7 @@ inline void micro_kernel_wide(index_t k, strips<Compute> s, index_t b_next, Comp
       std::memcpy(&b1, b + lanes, sizeof(vec));
       std::memcpy(&b2, b + b_next, sizeof(vec));
       std::memcpy(&b3, b + b_next + lanes, sizeof(vec));
+      GPUBATCH_HOST_UNROLL(8)
       for (int i = 0; i < mr; ++i) {
         keep_in_register(b0);  // see keep_in_register
         keep_in_register(b1);
@@ -295,6 +301,7 @@ inline void micro_kernel_wide(index_t k, strips<Compute> s, index_t b_next, Comp
       b += s.b_k;
     }
   }
+  GPUBATCH_HOST_UNROLL(8)
   for (int i = 0; i < mr; ++i) {
     std::memcpy(acc + i * acc_ld, &c0[i], sizeof(vec));
     std::memcpy(acc + i * acc_ld + lanes, &c1[i], sizeof(vec));
@@ -577,13 +584,6 @@ void compute_block(const gemm_instance<TA, TB, TC>& p, index_t i0, index_t rows,
   // A strips (MR rows read side by side) are read in place only when rows are not 4 KiB apart.
   const bool direct_a = std::is_same_v<TA, Compute> && p.a.stride.col == 1 &&
                         (p.a.stride.row * static_cast<index_t>(sizeof(Compute))) % 4096 != 0;
-  const index_t full_a = direct_a ? rows / mr : 0;  // leading strips read in place
-  const index_t full_b = reads_b_in_place<Compute>(p) ? cols / nr : 0;  // likewise
-  Compute* const packed_a =
-      scratch<Compute>(static_cast<std::size_t>((a_strips - full_a) * mr * p.k), 0);
-  pack_a<Compute>(p.a, p.k, i0 + full_a * mr, rows - full_a * mr, packed_a);
-  const Compute* const packed_b = b_panel != nullptr ? b_panel : pack_b_panel<Compute>(p, j0, cols);
-
   // Long reductions run in passes of kc steps over every micro-tile of the block, the sums
   // kept in a block-sized tile, so each B strip is reused from L1 by all the A strips.
   const index_t kc = std::min<index_t>(tuning<Compute>::kc, p.k);
@@ -595,6 +595,19 @@ void compute_block(const gemm_instance<TA, TB, TC>& p, index_t i0, index_t rows,
   constexpr bool plain_output =
       std::is_same_v<TC, Compute> && std::is_same_v<Epilogue, epilogue::identity>;
   const bool straight_to_c = plain_output && beta == Compute(0) && p.c.stride.col == 1;
+  // A ragged last strip of rows read in place ends at the block's last row instead, overlapping
+  // the strip before it, when C = alpha A B is all a store does (rewriting a row stores the same
+  // values: the same sums in the same order) and one pass covers the reduction. It then runs
+  // like the others, instead of being packed and stored through a scratch tile (n = 64 f32:
+  // 64 = 10 x 6 + 4 rows).
+  const bool shift_last = direct_a && straight_to_c && !passes && rows > mr && rows % mr != 0;
+  // Leading strips read in place.
+  const index_t full_a = shift_last ? a_strips : direct_a ? rows / mr : 0;
+  const index_t full_b = reads_b_in_place<Compute>(p) ? cols / nr : 0;  // likewise
+  Compute* const packed_a =
+      scratch<Compute>(static_cast<std::size_t>((a_strips - full_a) * mr * p.k), 0);
+  pack_a<Compute>(p.a, p.k, i0 + full_a * mr, rows - full_a * mr, packed_a);
+  const Compute* const packed_b = b_panel != nullptr ? b_panel : pack_b_panel<Compute>(p, j0, cols);
   alignas(64) Compute acc[mr * nr];
   Compute* const tile =
       passes ? scratch<Compute>(static_cast<std::size_t>(a_strips * mr * tile_ld), 2) : acc;
@@ -613,7 +626,7 @@ void compute_block(const gemm_instance<TA, TB, TC>& p, index_t i0, index_t rows,
         s.b_k = nr;
       }
       for (index_t si = 0; si < a_strips; ++si) {
-        const index_t row0 = i0 + si * mr;
+        const index_t row0 = shift_last && si + 1 == a_strips ? i0 + rows - mr : i0 + si * mr;
         if (si < full_a) {
           s.a = reinterpret_cast<const Compute*>(&p.a(row0, k0));
           s.a_row = p.a.stride.row;
