@@ -63,11 +63,11 @@ gpubatch_cuda_tools() {
   echo "$bin"
 }
 
-# Rewrites absolute paths under the checkout in a results file as paths relative to it (the
-# executable's path, a source file named in an error message), so that results name no machine's
-# folders.
+# Rewrites absolute paths under the checkout in a results file as paths relative to it (a source
+# file named in an error message), and the executable as bench/<name> whichever build folder
+# holds it, so that results name no machine's folders and read alike from every script.
 gpubatch_relative_paths() {
-  sed -i "s#${GPUBATCH_ROOT}/##g" "$@"
+  sed -i -e "s#${GPUBATCH_ROOT}/##g" -e 's#"executable": "[^"]*/bench/#"executable": "bench/#' "$@"
 }
 
 # A file-name-safe, lowercase machine name: "NVIDIA H100 80GB HBM3" -> nvidia-h100-80gb-hbm3.
