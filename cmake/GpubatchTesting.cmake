@@ -30,6 +30,45 @@ target_compile_options(gpubatch_catch_impl PRIVATE $<$<CONFIG:Release,RelWithDeb
 add_library(gpubatch_test_main_host OBJECT "${PROJECT_SOURCE_DIR}/tests/support/host_main.cpp")
 target_link_libraries(gpubatch_test_main_host PUBLIC gpubatch_catch2 gpubatch::gpubatch gpubatch_dev_options)
 
+# Precompiled headers: every test unit parses gpubatch.hpp and Catch2 (about 2.5 s of its front
+# end with g++), so one unit per flavor of compile flags parses them once and the tests of that
+# flavor load the result. The PCH is included before the test's own first line: a unit that
+# defines a macro the library or its dependencies read (GPUBATCH_*, NVTX, CCCL) keeps parsing
+# them itself, and CMake builds with -Winvalid-pch, so a unit whose flags would make GCC refuse
+# the PCH fails to build rather than quietly losing it.
+option(GPUBATCH_TEST_PCH "Precompile gpubatch.hpp and Catch2 for the host and emulated test units" ON)
+# CMake opens a PCH with "#pragma GCC system_header", which would silence every warning in the
+# library's headers and templates: the tests build with warnings as errors to check just those.
+set(CMAKE_PCH_PROLOGUE "")
+
+# The owner of a flavor's PCH: an empty unit with the flavor's flags, libraries and headers.
+function(_gpubatch_test_pch_owner owner)
+  cmake_parse_arguments(ARG "" "" "HEADERS;LIBRARIES;OPTIONS;INCLUDE_BEFORE" ${ARGN})
+  set(anchor "${PROJECT_BINARY_DIR}/tests/pch/${owner}.cpp")
+  file(CONFIGURE OUTPUT "${anchor}" CONTENT "// The precompiled headers' own unit.\n")
+  add_library(${owner} OBJECT "${anchor}")
+  if(ARG_INCLUDE_BEFORE)
+    target_include_directories(${owner} BEFORE PRIVATE ${ARG_INCLUDE_BEFORE})
+  endif()
+  target_link_libraries(${owner} PRIVATE ${ARG_LIBRARIES})
+  target_compile_options(${owner} PRIVATE ${ARG_OPTIONS})
+  target_precompile_headers(${owner} PRIVATE ${ARG_HEADERS})
+endfunction()
+
+# True when one of `sources` defines a macro that the precompiled headers read, so it must parse
+# them after its own definitions.
+function(_gpubatch_defines_library_macro sources out)
+  set(${out} FALSE PARENT_SCOPE)
+  foreach(source IN LISTS sources)
+    get_filename_component(source "${source}" ABSOLUTE)
+    file(STRINGS "${source}" defines
+         REGEX "^[ \t]*#[ \t]*define[ \t]+(GPUBATCH_|LIBCUDACXX_|_LIBCUDACXX_|CCCL_|CUB_|THRUST_|NVTX|CATCH_)")
+    if(defines)
+      set(${out} TRUE PARENT_SCOPE)
+    endif()
+  endforeach()
+endfunction()
+
 # Registers the test cases of `target` with CTest: one CTest test per Catch2 test case when
 # Catch2's CMake module is available, else one per executable.
 function(_gpubatch_register target)
@@ -51,11 +90,23 @@ function(gpubatch_add_host_test target)
   add_executable(${target} ${ARG_UNPARSED_ARGUMENTS} $<TARGET_OBJECTS:gpubatch_test_main_host>
                  $<TARGET_OBJECTS:gpubatch_catch_impl>)
   target_link_libraries(${target} PRIVATE gpubatch::gpubatch gpubatch_catch2 gpubatch_dev_options)
+  set(host_options $<$<CONFIG:Release,RelWithDebInfo,MinSizeRel>:-O2>)
   if(ARG_NATIVE)
     target_compile_options(${target} PRIVATE -march=native
                            $<$<CONFIG:Release,RelWithDebInfo,MinSizeRel>:-O3>)
   else()
-    target_compile_options(${target} PRIVATE $<$<CONFIG:Release,RelWithDebInfo,MinSizeRel>:-O2>)
+    target_compile_options(${target} PRIVATE ${host_options})
+    # The few NATIVE units share no PCH: its own would cost what it saves them.
+    _gpubatch_defines_library_macro("${ARG_UNPARSED_ARGUMENTS}" own_macros)
+    if(GPUBATCH_TEST_PCH AND NOT own_macros)
+      if(NOT TARGET gpubatch_test_pch_host)
+        _gpubatch_test_pch_owner(gpubatch_test_pch_host
+          HEADERS <gpubatch/gpubatch.hpp> "${PROJECT_SOURCE_DIR}/tests/support/catch.hpp"
+          LIBRARIES gpubatch::gpubatch gpubatch_catch2 gpubatch_dev_options
+          OPTIONS ${host_options})
+      endif()
+      target_precompile_headers(${target} REUSE_FROM gpubatch_test_pch_host)
+    endif()
   endif()
   set(env "")
   if(GPUBATCH_SANITIZE)

@@ -56,13 +56,30 @@ function(gpubatch_add_emulated_test target source)
                  $<TARGET_OBJECTS:gpubatch_catch_impl>)
   # The emulation headers (mma.h, cuda_pipeline_primitives.h) come before the toolkit's.
   target_include_directories(${target} BEFORE PRIVATE "${GPUBATCH_EMULATION_DIR}/include")
-  target_compile_options(${target} PRIVATE
-    -include gpubatch_emulation/device.hpp
+  set(options
     # #pragma unroll is nvcc's; the host compiler ignores it.
     -Wno-unknown-pragmas
     # An emulated test runs at the fiber runtime's speed (built -O2 above): its own unit at -O1
     # builds in about half the time of -O3 and runs as fast.
     $<$<CONFIG:Release,RelWithDebInfo,MinSizeRel>:-O1>)
+  target_compile_options(${target} PRIVATE ${options})
+  # The emulated device's header comes first in every unit: on the command line, or as the first
+  # of the precompiled headers (cmake/GpubatchTesting.cmake), which the units built for the
+  # default architecture share.
+  _gpubatch_defines_library_macro("${source}" own_macros)
+  if(GPUBATCH_TEST_PCH AND NOT ARG_ARCH AND NOT own_macros)
+    if(NOT TARGET gpubatch_test_pch_emulated)
+      _gpubatch_test_pch_owner(gpubatch_test_pch_emulated
+        HEADERS <gpubatch_emulation/device.hpp> <gpubatch/gpubatch.hpp>
+                "${PROJECT_SOURCE_DIR}/tests/support/catch.hpp"
+        INCLUDE_BEFORE "${GPUBATCH_EMULATION_DIR}/include"
+        LIBRARIES gpubatch_emulation gpubatch_catch2 gpubatch_dev_options
+        OPTIONS ${options})
+    endif()
+    target_precompile_headers(${target} REUSE_FROM gpubatch_test_pch_emulated)
+  else()
+    target_compile_options(${target} PRIVATE -include gpubatch_emulation/device.hpp)
+  endif()
   if(ARG_ARCH)
     target_compile_definitions(${target} PRIVATE GPUBATCH_EMULATION_ARCH=${ARG_ARCH})
   endif()
