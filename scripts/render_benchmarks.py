@@ -67,6 +67,10 @@ TIME_UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
 # x arguments that index a list (the layers of bench/conv/layers.hpp) rather than measure a size:
 # evenly spaced in index order on a linear axis, named by the runs' labels.
 CATEGORICAL_ARGS = {"layer"}
+# The host's FMA roofline (bench/gemm/host_roofline.cpp): one implementation per element type.
+# A host group whose name carries that type gets each implementation's share of it.
+HOST_PEAK_GROUP = "fma_peak.host"
+ELEMENT_TYPE = re.compile(r"(?:^|_)(f32|f64)(?:_|\.)")
 
 
 # --------------------------------------------------------------------------------------------
@@ -448,7 +452,18 @@ def hardware_lines(ctx: dict) -> list[str]:
     cpu = ctx.get("cpu_model", "unknown CPU")
     cores = ctx.get("num_cpus", "?")
     mhz = ctx.get("mhz_per_cpu")
+    if ctx.get("cpu_family_model"):
+        cpu += f" ({ctx['cpu_family_model']})"
     lines = [f"- CPU: {cpu}, {cores} logical cores" + (f", {mhz} MHz" if mhz else "")]
+    caches = [c for c in ctx.get("caches", []) if c.get("type") in ("Data", "Unified")]
+    if caches:
+        lines[0] += "; " + ", ".join(
+            f"L{c['level']}{'d' if c['type'] == 'Data' else ''} {fmt_bytes(float(c['size']))}"
+            + (" per core" if c.get("num_sharing") == 1 else
+               f" per {c['num_sharing']} cores" if c.get("num_sharing") else "")
+            for c in sorted(caches, key=lambda c: c["level"]))
+    if ctx.get("host_vector_isa"):
+        lines.append(f"- gpubatch's host kernels compiled for {ctx['host_vector_isa']}")
     device = ctx.get("cuda_device")
     if device and not device.startswith(("none", "unknown")):
         parts = [device]
@@ -477,6 +492,29 @@ def hardware_lines(ctx: dict) -> list[str]:
     return lines
 
 
+def host_peaks(groups: list[Group]) -> dict[str, float]:
+    """Element type -> the FMA peak FLOP/s measured on this machine, where it was."""
+    peaks = {}
+    for group in groups:
+        if group.name != HOST_PEAK_GROUP:
+            continue
+        for (impl, _), cell in group.cells.items():
+            rate = cell.counters.get("flops_per_second")
+            if cell.time_s is not None and rate:
+                peaks[impl] = rate
+    return peaks
+
+
+def group_peak(group: Group, peaks: dict[str, float]) -> tuple[str, float] | None:
+    """(element type, FMA peak) for a host group of FLOP/s measured where the peak was."""
+    match = ELEMENT_TYPE.search(group.name)
+    if not match or ".host" not in group.name or match.group(1) not in peaks:
+        return None
+    if not any("flops_per_second" in cell.counters for cell in group.cells.values()):
+        return None
+    return match.group(1), peaks[match.group(1)]
+
+
 def no_ratio_reason(group: Group) -> str | None:
     """Why the group's table has no ratio column; None when it has one."""
     if SUBJECT not in group.impls:
@@ -490,8 +528,10 @@ def no_ratio_reason(group: Group) -> str | None:
     return None
 
 
-def group_section(group: Group, label: str, plot_rel: str | None) -> list[str]:
+def group_section(group: Group, label: str, plot_rel: str | None,
+                  peaks: dict[str, float] | None = None) -> list[str]:
     impls = [i for i in group.impls if group.ran(i)]
+    peak = group_peak(group, peaks or {})
     ratios = [b for b in group.baselines() if b in impls] if SUBJECT in impls else []
     intro = (f"From `{group.source}`; {group.timer}; median of {group.repetitions} "
              f"repetition{'s' if group.repetitions != 1 else ''}")
@@ -503,7 +543,11 @@ def group_section(group: Group, label: str, plot_rel: str | None) -> list[str]:
                       "data, of that ratio (median of the repetitions), which a slow spell of a "
                       "shared machine moves far less")
         intro += "."
-    out = [f"### {group.name}", "", intro if ratios else intro + ".", ""]
+    if peak:
+        intro += (f"{'' if ratios else '.'} Of peak = FLOP/s / this machine's {peak[0]} "
+                  f"`{HOST_PEAK_GROUP}` ({fmt_rate(peak[1], 'FLOP/s')}), the most any kernel "
+                  "reaches here.")
+    out = [f"### {group.name}", "", intro if ratios or peak else intro + ".", ""]
     if not ratios:  # said plainly, not left to empty ratio cells
         reason = no_ratio_reason(group) or "no ratio"
         out += [reason[0].upper() + reason[1:] + ".", ""]
@@ -514,6 +558,7 @@ def group_section(group: Group, label: str, plot_rel: str | None) -> list[str]:
     header = [group.x_label or "x"] + impls + [f"{SUBJECT} / {b}" for b in ratios]
     header += [f"{SUBJECT} / {b}, paired" for b in paired]
     header += [f"{i} {RATE_COUNTERS[c]}" for c in rates for i in impls]
+    header += [f"{i} of peak" for i in impls] if peak else []
     memory = [c for c in MEMORY_COUNTERS
               if any(c in cell.counters for cell in group.cells.values())]
     header += [f"{i} {MEMORY_COUNTERS[c]}" for c in memory for i in impls]
@@ -542,6 +587,10 @@ def group_section(group: Group, label: str, plot_rel: str | None) -> list[str]:
                 cell = group.cells.get((impl, x))
                 value = cell.counters.get(counter) if cell else None
                 row.append(fmt_rate(value, RATE_COUNTERS[counter]) if value else "-")
+        for impl in impls if peak else []:
+            cell = group.cells.get((impl, x))
+            value = cell.counters.get("flops_per_second") if cell else None
+            row.append(f"{100 * value / peak[1]:.0f}%" if value else "-")
         for counter in memory:
             for impl in impls:
                 cell = group.cells.get((impl, x))
@@ -627,6 +676,7 @@ def render(results_dir: Path, plots_dir: Path, output: Path, plots: bool) -> int
         md.append("")
 
         groups = [g for f in mfiles for g in f.groups]
+        peaks = host_peaks(groups)
         skipped = [g for g in groups if not any(g.ran(i) for i in g.impls)]
         if skipped:
             md += ["### Did not run", "",
@@ -645,7 +695,7 @@ def render(results_dir: Path, plots_dir: Path, output: Path, plots: bool) -> int
                 if plot_group(group, label, png):
                     written.add(png.resolve())
                     plot_rel = os.path.relpath(png, output.parent).replace(os.sep, "/")
-            md += group_section(group, label, plot_rel)
+            md += group_section(group, label, plot_rel, peaks)
         for f in mfiles:
             if f.unconventional:
                 md += [f"Not rendered from `{f.path.name}` (names do not follow "

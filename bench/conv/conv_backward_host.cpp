@@ -54,6 +54,14 @@ namespace bench = gpubatch::bench;
 using bench::conv_layer;
 using gpubatch::index_t;
 using gpubatch::tensor4d_shape;
+
+/// What this executable's host kernels were compiled for (-march=native here), in the JSON
+/// context.
+const bool host_isa_described = [] {
+  benchmark::AddCustomContext("host_vector_isa", bench::detail::host_vector_isa());
+  return true;
+}();
+
 constexpr auto nhwc = gpubatch::tensor_layout::nhwc;
 
 constexpr index_t batch = 8;

@@ -57,6 +57,13 @@ using gpubatch::index_t;
 using gpubatch::tensor4d_shape;
 using gpubatch::tensor_layout;
 
+/// What this executable's host kernels were compiled for (-march=native here), in the JSON
+/// context.
+const bool host_isa_described = [] {
+  benchmark::AddCustomContext("host_vector_isa", bench::detail::host_vector_isa());
+  return true;
+}();
+
 constexpr index_t batch = 8;
 
 const std::vector<conv_layer>& host_layers() {

@@ -311,6 +311,40 @@ inline std::string cpu_model() {
   return "unknown";
 }
 
+/// "family 25 model 17" from /proc/cpuinfo: tells apart cores a model name does not (two
+/// generations of "AMD EPYC"); empty where it is not found.
+inline std::string cpu_family_model() {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string line, family, model;
+  const auto value = [&line] {
+    const std::size_t colon = line.find(':');
+    const std::size_t start =
+        colon == std::string::npos ? colon : line.find_first_not_of(' ', colon + 1);
+    return start == std::string::npos ? std::string() : line.substr(start);
+  };
+  while (std::getline(cpuinfo, line) && (family.empty() || model.empty())) {
+    if (line.rfind("cpu family", 0) == 0) family = value();
+    if (line.rfind("model\t", 0) == 0) model = value();  // not "model name"
+  }
+  return family.empty() || model.empty() ? std::string() : "family " + family + " model " + model;
+}
+
+/// The widest vector instructions the calling source was compiled for. Static, not inline: an
+/// executable mixes sources built with and without -march=native, and each must see its own.
+static inline const char* host_vector_isa() {
+#if defined(__AVX512F__)
+  return "AVX-512";
+#elif defined(__AVX2__)
+  return "AVX2";
+#elif defined(__AVX__)
+  return "AVX";
+#elif defined(__SSE2__)
+  return "SSE2";
+#else
+  return "scalar";
+#endif
+}
+
 /// "13.0" from 13000, the encoding of cudaRuntimeGetVersion and cudaDriverGetVersion.
 inline std::string cuda_version_string(int version) {
   return std::to_string(version / 1000) + "." + std::to_string(version % 1000 / 10);
@@ -318,7 +352,8 @@ inline std::string cuda_version_string(int version) {
 }  // namespace detail
 
 /// @brief Adds the hardware and the commit to the "context" of the JSON report, for
-/// docs/benchmarks.md: gpubatch_version, gpubatch_commit, cpu_model, cuda_runtime_version, and
+/// docs/benchmarks.md: gpubatch_version, gpubatch_commit, cpu_model, cpu_family_model,
+/// cuda_runtime_version, and
 /// with a usable GPU cuda_device, cuda_driver_version, cuda_compute_capability, cuda_sm_count,
 /// cuda_l2_bytes, cuda_memory_bytes and cuda_peak_bandwidth_bytes_per_second (from the memory
 /// clock and bus width). Without one, cuda_device says "none" and why.
@@ -331,6 +366,9 @@ inline void add_context(const char* configured_commit) {
   benchmark::AddCustomContext("gpubatch_commit",
                               commit != nullptr && *commit != '\0' ? commit : configured_commit);
   benchmark::AddCustomContext("cpu_model", detail::cpu_model());
+  if (const std::string family_model = detail::cpu_family_model(); !family_model.empty()) {
+    benchmark::AddCustomContext("cpu_family_model", family_model);
+  }
 
   int runtime = 0;
   if (cudaRuntimeGetVersion(&runtime) == cudaSuccess) {

@@ -6,7 +6,9 @@ the plot's evenly spaced, linear x axis; a size x keeps its log axis and its pri
 every figure's suptitle names the machine and the commit; a group with no baseline, with no
 gpubatch, or whose baseline called SkipWithError gets no ratio column and says why; ratios are
 gpubatch time / baseline time, and a baseline's paired_ratio counter gets a column and a dashed
-line of its own; the document is the same whatever order the results were reported
+line of its own; a host group's FLOP/s get their share of the machine's FMA peak of the same
+element type, where one was measured; the hardware lines name the core, its caches and the host
+kernels' instruction set; the document is the same whatever order the results were reported
 in. The plot checks need matplotlib; "tables" leaves them out.
 
 Usage: python3 render_benchmarks_test.py <path of render_benchmarks.py> [tables|all]
@@ -72,12 +74,23 @@ def results():
         gemm.append(run(f"fma_peak.cuda/f32/n:{n}/manual_time", 1e-6 * n))
         # LIBXSMM pairs its calls with gpubatch's (paired_ratio), but not at n = 64; OpenBLAS
         # never does.
-        gemm.append(run(f"gemm_f64.host/gpubatch/n:{n}/real_time", 3e-6 * n))
+        gemm.append(run(f"gemm_f64.host/gpubatch/n:{n}/real_time", 3e-6 * n,
+                        flops_per_second=n * 1e9))
         paired = {"paired_ratio": 0.5 + n / 100} if n != 64 else {}
-        gemm.append(run(f"gemm_f64.host/libxsmm/n:{n}/real_time", 2e-6 * n, **paired))
+        gemm.append(run(f"gemm_f64.host/libxsmm/n:{n}/real_time", 2e-6 * n, **paired,
+                        flops_per_second=1.5 * n * 1e9))
         gemm.append(run(f"gemm_f64.host/openblas/n:{n}/real_time", 6e-6 * n))
+        gemm.append(run(f"gemm_f32.host/gpubatch/n:{n}/real_time", 1e-6 * n,
+                        flops_per_second=n * 1e9))
+    # The host's FMA peak, f64 only: f32 host groups get no share of a peak.
+    gemm.append(run("fma_peak.host/f64/real_time", 1e-4, flops_per_second=128e9))
     context = {"gpubatch_commit": COMMIT, "cpu_model": "Some CPU", "cuda_device": GPU,
-               "date": "2026-01-01T00:00:00"}
+               "date": "2026-01-01T00:00:00", "cpu_family_model": "family 25 model 17",
+               "host_vector_isa": "AVX-512",
+               "caches": [{"type": "Data", "level": 1, "size": 32768, "num_sharing": 1},
+                          {"type": "Instruction", "level": 1, "size": 32768, "num_sharing": 1},
+                          {"type": "Unified", "level": 2, "size": 1048576, "num_sharing": 1},
+                          {"type": "Unified", "level": 3, "size": 33554432, "num_sharing": 2}]}
     return {"bench_conv_cuda-h100.json": {"context": context, "benchmarks": conv},
             "bench_gemm_cuda-h100.json": {"context": context, "benchmarks": gemm}}
 
@@ -160,8 +173,32 @@ class Tables(Fixture):
                                              "gpubatch / libxsmm", "gpubatch / openblas"])
         self.assertEqual(cells(header)[6], "gpubatch / libxsmm, paired")
         self.assertNotIn("gpubatch / openblas, paired", cells(header))
-        self.assertIn("| 16 | 48 µs | 32 µs | 96 µs | 1.50 | 0.50 | 0.66 |", lines)
-        self.assertIn("| 64 | 192 µs | 128 µs | 384 µs | 1.50 | 0.50 | - |", lines)
+        rows = [line for line in lines if line.startswith("| 16 |") or line.startswith("| 64 |")]
+        self.assertEqual([cells(row)[:7] for row in rows],
+                         [["16", "48 µs", "32 µs", "96 µs", "1.50", "0.50", "0.66"],
+                          ["64", "192 µs", "128 µs", "384 µs", "1.50", "0.50", "-"]])
+
+    def test_host_flops_get_their_share_of_the_machines_fma_peak_of_that_type(self):
+        lines = self.section(self.render(False), "gemm_f64.host")
+        self.assertTrue(any("Of peak = FLOP/s / this machine's f64 `fma_peak.host` "
+                            "(128 GFLOP/s)" in line for line in lines))
+        header = cells(next(line for line in lines if line.startswith("| n |")))
+        self.assertEqual(header[-3:], ["gpubatch of peak", "libxsmm of peak",
+                                       "openblas of peak"])
+        row = cells(next(line for line in lines if line.startswith("| 64 |")))
+        self.assertEqual(row[-3:], ["50%", "75%", "-"])  # OpenBLAS reported no FLOP/s
+
+    def test_no_share_of_a_peak_without_that_types_peak_or_on_a_gpu(self):
+        markdown = self.render(False)
+        for group in ("gemm_f32.host", "gemm_f32.cuda"):
+            lines = self.section(markdown, group)
+            self.assertFalse(any("of peak" in line for line in lines), group)
+
+    def test_hardware_lines_name_the_core_its_caches_and_the_host_isa(self):
+        markdown = self.render(False)
+        self.assertIn("- CPU: Some CPU (family 25 model 17), ? logical cores; L1d 32 KiB per "
+                      "core, L2 1 MiB per core, L3 32 MiB per 2 cores", markdown)
+        self.assertIn("- gpubatch's host kernels compiled for AVX-512", markdown)
 
     def test_group_without_paired_ratio_has_no_paired_column(self):
         lines = self.section(self.render(False), "gemm_f32.cuda")
@@ -218,9 +255,13 @@ class Plots(Fixture):
     def test_every_figure_names_machine_and_commit(self):
         markdown = self.render(True)
         pngs = sorted((self.root / "plots").rglob("*.png"))
-        self.assertEqual(len(pngs), 6)  # every group has 2 or more x values and a measurement
-        self.assertEqual(markdown.count("![", 0), 6)
-        for name, group in self.groups.items():
+        # Every group but the host's one-point FMA peak has 2 or more x values and a measurement.
+        self.assertEqual(len(pngs), 7)
+        self.assertEqual(markdown.count("![", 0), 7)
+        for name in self.groups:
+            if name == "fma_peak.host":
+                self.assertIsNone(self.figure(name))
+                continue
             fig = self.figure(name)
             self.assertIsNotNone(fig, name)
             title = " ".join(t.get_text() for t in fig.texts)  # the suptitle is a figure text
