@@ -114,16 +114,11 @@ function(gpubatch_add_host_test target)
       target_precompile_headers(${target} REUSE_FROM gpubatch_test_pch_host)
     endif()
   endif()
-  if(GPUBATCH_SANITIZE)
-    # Impossible allocations must fail with out_of_memory rather than abort inside ASan.
-    set(env ENVIRONMENT "ASAN_OPTIONS=allocator_may_return_null=1:detect_leaks=1;UBSAN_OPTIONS=print_stacktrace=1")
-  else()
-    # CTest runs a test per core, each with an OpenMP team as wide as the machine: threads that
-    # spin while they wait would take the cores from the other tests (on 2 cores the host tests
-    # took a third longer).
-    set(env ENVIRONMENT OMP_WAIT_POLICY=passive)
-  endif()
-  _gpubatch_register(${target} PROPERTIES LABELS host ${env})
+  # CTest runs a test per core, each with an OpenMP team as wide as the machine: threads that
+  # spin while they wait would take the cores from the other tests (on 2 cores the host tests
+  # took a third longer). The sanitizers' options are built into the runner
+  # (tests/support/sanitizer_options.hpp).
+  _gpubatch_register(${target} PROPERTIES LABELS host ENVIRONMENT OMP_WAIT_POLICY=passive)
 endfunction()
 
 # A gpu test: CUDA sources compiled by nvcc; Skipped without a device. Left out when

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "catch_runner.hpp"
+#include "sanitizer_options.hpp"
 #include "skip_code.hpp"
 
 int main(int argc, char* argv[]) {

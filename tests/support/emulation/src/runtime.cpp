@@ -590,11 +590,6 @@ cudaError_t submit_launch(launch_request request) {
 
 }  // namespace gpubatch_emu
 
-// Sanitized emulated tests: impossible host allocations must fail with out_of_memory, as in the
-// host tests, rather than abort inside the sanitizer.
-extern "C" const char* __asan_default_options() { return "allocator_may_return_null=1"; }
-extern "C" const char* __ubsan_default_options() { return "print_stacktrace=1"; }
-
 // ---------------------------------------------------------------------------------------------
 // The CUDA runtime API
 
