@@ -546,7 +546,8 @@ def group_section(group: Group, label: str, plot_rel: str | None,
     if peak:
         intro += (f"{'' if ratios else '.'} Of peak = FLOP/s / this machine's {peak[0]} "
                   f"`{HOST_PEAK_GROUP}` ({fmt_rate(peak[1], 'FLOP/s')}), the most any kernel "
-                  "reaches here.")
+                  "reaches here; measured like the rest, so a run timed while the cores clocked "
+                  "higher can show a little over 100%.")
     out = [f"### {group.name}", "", intro if ratios or peak else intro + ".", ""]
     if not ratios:  # said plainly, not left to empty ratio cells
         reason = no_ratio_reason(group) or "no ratio"
