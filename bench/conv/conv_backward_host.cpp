@@ -57,10 +57,7 @@ using gpubatch::tensor4d_shape;
 
 /// What this executable's host kernels were compiled for (-march=native here), in the JSON
 /// context.
-const bool host_isa_described = [] {
-  benchmark::AddCustomContext("host_vector_isa", bench::detail::host_vector_isa());
-  return true;
-}();
+const bool host_isa_described = bench::detail::describe_host_vector_isa();
 
 constexpr auto nhwc = gpubatch::tensor_layout::nhwc;
 

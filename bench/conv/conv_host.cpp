@@ -59,10 +59,7 @@ using gpubatch::tensor_layout;
 
 /// What this executable's host kernels were compiled for (-march=native here), in the JSON
 /// context.
-const bool host_isa_described = [] {
-  benchmark::AddCustomContext("host_vector_isa", bench::detail::host_vector_isa());
-  return true;
-}();
+const bool host_isa_described = bench::detail::describe_host_vector_isa();
 
 constexpr index_t batch = 8;
 

@@ -30,10 +30,7 @@ constexpr int vector_bytes = gpubatch::detail::host_gemm::vector_bytes;
 
 /// What this executable's host kernels were compiled for (-march=native here), in the JSON
 /// context.
-const bool host_isa_described = [] {
-  benchmark::AddCustomContext("host_vector_isa", bench::detail::host_vector_isa());
-  return true;
-}();
+const bool host_isa_described = bench::detail::describe_host_vector_isa();
 
 template <class T>
 void fma_peak(benchmark::State& state) {

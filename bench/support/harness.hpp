@@ -295,37 +295,33 @@ class rotating_buffers {
 };
 
 namespace detail {
-/// The CPU's model name from /proc/cpuinfo, as Google Benchmark's context lacks it.
-inline std::string cpu_model() {
+/// The value of the first /proc/cpuinfo line whose key is `key` ("model name", "cpu family"),
+/// empty where there is none.
+inline std::string cpuinfo_value(const std::string& key) {
   std::ifstream cpuinfo("/proc/cpuinfo");
   std::string line;
   while (std::getline(cpuinfo, line)) {
-    if (line.rfind("model name", 0) == 0) {
-      const std::size_t colon = line.find(':');
-      if (colon != std::string::npos) {
-        const std::size_t start = line.find_first_not_of(' ', colon + 1);
-        return start == std::string::npos ? std::string() : line.substr(start);
-      }
-    }
+    const std::size_t colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    std::string name = line.substr(0, colon);
+    name.erase(name.find_last_not_of(" \t") + 1);  // "model\t\t: 17" names "model"
+    if (name != key) continue;
+    const std::size_t start = line.find_first_not_of(' ', colon + 1);
+    return start == std::string::npos ? std::string() : line.substr(start);
   }
-  return "unknown";
+  return {};
 }
 
-/// "family 25 model 17" from /proc/cpuinfo: tells apart cores a model name does not (two
-/// generations of "AMD EPYC"); empty where it is not found.
+/// The CPU's model name, as Google Benchmark's context lacks it.
+inline std::string cpu_model() {
+  const std::string name = cpuinfo_value("model name");
+  return name.empty() ? "unknown" : name;
+}
+
+/// "family 25 model 17": tells apart cores a model name does not (two generations of
+/// "AMD EPYC"); empty where it is not found.
 inline std::string cpu_family_model() {
-  std::ifstream cpuinfo("/proc/cpuinfo");
-  std::string line, family, model;
-  const auto value = [&line] {
-    const std::size_t colon = line.find(':');
-    const std::size_t start =
-        colon == std::string::npos ? colon : line.find_first_not_of(' ', colon + 1);
-    return start == std::string::npos ? std::string() : line.substr(start);
-  };
-  while (std::getline(cpuinfo, line) && (family.empty() || model.empty())) {
-    if (line.rfind("cpu family", 0) == 0) family = value();
-    if (line.rfind("model\t", 0) == 0) model = value();  // not "model name"
-  }
+  const std::string family = cpuinfo_value("cpu family"), model = cpuinfo_value("model");
   return family.empty() || model.empty() ? std::string() : "family " + family + " model " + model;
 }
 
@@ -343,6 +339,13 @@ static inline const char* host_vector_isa() {
 #else
   return "scalar";
 #endif
+}
+
+/// Records host_vector_isa() in the JSON context: called once by a -march=native source of each
+/// executable whose host kernels it measures (static for the same reason).
+static inline bool describe_host_vector_isa() {
+  benchmark::AddCustomContext("host_vector_isa", host_vector_isa());
+  return true;
 }
 
 /// "13.0" from 13000, the encoding of cudaRuntimeGetVersion and cudaDriverGetVersion.
