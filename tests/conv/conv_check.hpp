@@ -317,6 +317,35 @@ void check_per_sample_equals_loop(const conv_case& cc, tensor_layout order) {
   compare(got, data.expected(cc, 1.0, 0.0, epilogue::identity{}), output_tolerance<TY>(), ys);
 }
 
+/// Two calls on the same tensors, the filters overwritten in place between them (and y
+/// poisoned again): each call must compute with the filters as they are when it runs. A
+/// backend that keeps filters prepared by an earlier call must not take them for these.
+template <class Backend, class TX, class TY>
+void check_filters_rewritten_between_calls(const conv_case& cc, tensor_layout order,
+                                           filter_form form) {
+  using compute = compute_type_t<TX>;
+  INFO(describe(cc) << ", " << gpubatch::to_string(order) << ", " << to_string(form)
+                    << ", filters rewritten between calls, " << Backend::name);
+  const auto exec = Backend::exec();
+  conv_data<TX, TY> data(cc, form, 0.0);
+  conv_tensors<Backend, TX, TY> t(cc, order, data);
+  for (int call = 0; call < 2; ++call) {
+    if (call == 1) {
+      data.w = random_inputs<TX>(data.w.size(), 4243);
+      Backend::from_host(t.dw.data(), store_as(order, t.ws, data.w));
+      Backend::from_host(t.dy.data(), std::vector<TY>(data.y0.size(), poison_value<TY>()));
+    }
+    if (form == filter_form::per_sample) {
+      conv2d_per_sample(exec, cc.params, compute(1), t.x, t.w, compute(0), t.y);
+    } else {
+      conv2d(exec, cc.params, compute(1), t.x, t.w, compute(0), t.y);
+    }
+    INFO("call " << call + 1);
+    compare(t.output(order), data.expected(cc, 1.0, 0.0, epilogue::identity{}),
+            output_tolerance<TY>(), t.ys);
+  }
+}
+
 /// Filters packed once (packed_conv2d_filters) give the results of the filters they were made
 /// from, in two calls on one object (alpha and beta, then beta = 0 over a poisoned output), and
 /// are a snapshot: the original filters are overwritten with other values after packing.

@@ -17,7 +17,9 @@
 #include <gpubatch/execution.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <type_traits>
@@ -85,34 +87,54 @@ host_gemm::aligned_array<T> uninitialised(index_t count) {
 // ---------------------------------------------------------------------------------------------
 // Depthwise: every output channel reads one input channel (C / groups = 1).
 
-/// Filters as [set][r * S + s][k], so that a pixel's K outputs accumulate as one vector loop;
-/// `rotated`: each filter turned 180 degrees (tap r * S + s takes tap R * S - 1 - (r * S + s)),
-/// as backward data run as a forward convolution reads them.
+/// One set's filters as [r * S + s][k], so that a pixel's K outputs accumulate as one vector
+/// loop; `rotated`: each filter turned 180 degrees (tap r * S + s takes tap R * S - 1 -
+/// (r * S + s)), as backward data run as a forward convolution reads them.
 template <class Compute, class TX, class TW, class TY>
-host_gemm::aligned_array<Compute> pack_depthwise_filters(const fprop_batch<TX, TW, TY>& batch,
-                                                         bool rotated = false) {
+void pack_depthwise_set(const fprop_batch<TX, TW, TY>& batch, index_t set, bool rotated,
+                        Compute* out) {
   const auto& geo = batch.geo;
-  const index_t sets = batch.per_sample ? geo.n : 1;
   const index_t window = geo.r * geo.s;
-  auto packed = uninitialised<Compute>(sets * window * geo.k);
+  const TW* const w = batch.filters_of(set);
   // Blocks of 16 channels: their filters are one contiguous run of 16 x window inputs, and each
   // tap's 16 outputs one contiguous store (a channel at a time, every output was a store to a
   // different cache line: a quarter of a small layer's time).
   constexpr index_t block = 16;
-  for (index_t set = 0; set < sets; ++set) {
-    const TW* const w = batch.filters_of(set);
-    Compute* const out = packed.get() + set * window * geo.k;
-    for (index_t k0 = 0; k0 < geo.k; k0 += block) {
-      const index_t k1 = std::min(geo.k, k0 + block);
-      for (index_t rs = 0; rs < window; ++rs) {
-        const index_t tap = rotated ? window - 1 - rs : rs;
-        for (index_t ik = k0; ik < k1; ++ik) {
-          out[rs * geo.k + ik] = convert<Compute>(w[ik * window + tap]);
-        }
-      }
+  for (index_t k0 = 0; k0 < geo.k; k0 += block) {
+    const index_t k1 = std::min(geo.k, k0 + block);
+    for (index_t rs = 0; rs < window; ++rs) {
+      const index_t tap = rotated ? window - 1 - rs : rs;
+      for (index_t ik = k0; ik < k1; ++ik) out[rs * geo.k + ik] = convert<Compute>(w[ik * window + tap]);
     }
   }
-  return packed;
+}
+
+/// The calling thread's copy of a depthwise layer's filters for `sample`, packed as
+/// pack_depthwise_set lays them out, in its scratch slot 0. Each thread packs its own copy
+/// when it first needs a set in a call (`call`: a number no other call shares), never one
+/// another thread wrote: one shared copy, packed before the parallel loop, cost a small
+/// layer a quarter of its time (the packing thread's stores waited on the lines the other
+/// cores had read in the previous call, and every other thread waited on it).
+template <class Compute, class TX, class TW, class TY>
+const Compute* depthwise_filters_for(const fprop_batch<TX, TW, TY>& batch, index_t sample,
+                                     bool rotated, std::uint64_t call) {
+  thread_local std::uint64_t packed_call = 0;
+  thread_local index_t packed_set = -1;
+  const index_t set = batch.per_sample ? sample : 0;
+  const index_t count = batch.geo.r * batch.geo.s * batch.geo.k;
+  Compute* const out = host_gemm::scratch<Compute>(static_cast<std::size_t>(count), 0);
+  if (packed_call != call || packed_set != set) {
+    pack_depthwise_set(batch, set, rotated, out);
+    packed_call = call;
+    packed_set = set;
+  }
+  return out;
+}
+
+/// A number that identifies one depthwise call among all calls of the process (never 0).
+inline std::uint64_t next_depthwise_call() {
+  static std::atomic<std::uint64_t> calls{0};
+  return calls.fetch_add(1, std::memory_order_relaxed) + 1;
 }
 
 /// A per-thread row of at least `count` zeros, never written after it is zeroed: what the
@@ -206,11 +228,13 @@ index_t depthwise_nhwc_row(const fprop_batch<TX, TW, TY>& batch, const Compute* 
   // The input rows the output row reads (null in the padding), resolved once.
   const Compute* rows[max_filter_rows];
   index_t valid_rows = 0;
+  index_t row_ih[max_filter_rows];             // each row's index in the input
   const Compute* row_taps[max_filter_rows];  // each row's filter taps
   for (index_t ir = 0; ir < geo.r; ++ir) {
     const index_t ih = op * geo.stride_h - geo.pad_h + ir * geo.dilation_h;
     if (ih < 0 || ih >= geo.h) continue;
     rows[valid_rows] = reinterpret_cast<const Compute*>(batch.x + geo.x_offset(sample, 0, ih, 0));
+    row_ih[valid_rows] = ih;
     row_taps[valid_rows++] = set + ir * filter_w * channels;
   }
   const bool accumulate = beta != Compute(0);
@@ -275,7 +299,10 @@ index_t depthwise_nhwc_row(const fprop_batch<TX, TW, TY>& batch, const Compute* 
         }
         if (ahead > 0 && v >= fresh_row) {
           const Compute* const next = ahead_rows[v] + ik;
-          for (index_t u = 0; u < ahead; ++u) __builtin_prefetch(next + u * geo.c, 0, 3);
+          for (index_t u = 0; u < ahead; ++u) {
+            GPUBATCH_HOST_UNROLL(2)
+            for (int c = 0; c < V; ++c) __builtin_prefetch(next + u * geo.c + c * lanes, 0, 3);
+          }
         }
         GPUBATCH_HOST_UNROLL(32)
         for (int u = 0; u < T; ++u) {
@@ -319,6 +346,15 @@ index_t depthwise_nhwc_row(const fprop_batch<TX, TW, TY>& batch, const Compute* 
       const index_t ahead_from = std::clamp<index_t>(iw0 + T, 0, width_in);
       ahead = std::min<index_t>(width_in - ahead_from, P * Stride);
       for (index_t v = 0; v < valid_rows; ++v) ahead_rows[v] = rows[v] + ahead_from * geo.c;
+      if (ahead == 0 && op + 1 < geo.p && valid_rows > 0 &&
+          row_ih[valid_rows - 1] + geo.stride_h < geo.h) {
+        // The row's last tile: the next output row's first tile instead (the caller's next
+        // task), from the rows it will read that this one does not. Without it, a layer
+        // streaming from memory (stride 2: 4 tiles a row) waited on every row's first tile.
+        ahead = std::min<index_t>(width_in, T - geo.pad_w);
+        const index_t next_row = geo.stride_h * geo.w * geo.c;
+        for (index_t v = 0; v < valid_rows; ++v) ahead_rows[v] = rows[v] + next_row;
+      }
       index_t ik = 0;
       for (; ik + wide * lanes <= whole; ik += wide * lanes) {
         channels_at(std::integral_constant<int, wide>{}, ik);
@@ -401,20 +437,19 @@ index_t depthwise_nhwc_row(const fprop_batch<TX, TW, TY>& batch, const Compute* 
 }
 #endif
 
-/// A depthwise layer, its filters as pack_depthwise_filters lays them out (`rotated` as there).
+/// A depthwise layer; `rotated`: its filters turned 180 degrees (pack_depthwise_set).
 template <class Compute, class TX, class TW, class TY, class Epilogue>
 void depthwise(host_exec exec, const fprop_batch<TX, TW, TY>& batch, Compute alpha, Compute beta,
                const Epilogue& epilogue, bool rotated = false) {
   const auto& geo = batch.geo;
-  const auto packed = pack_depthwise_filters<Compute>(batch, rotated);
-  const Compute* const filters = packed.get();
   const index_t window = geo.r * geo.s;
   const index_t multiplier = geo.kg();  // output channels per input channel
   if (geo.nhwc()) {
     // One task per output row; a pixel's K accumulators form one vector loop over channels.
+    const std::uint64_t call = next_depthwise_call();
     host_parallel_for(exec, geo.n * geo.p, schedule::uniform, [&](index_t task) {
       const index_t sample = task / geo.p, op = task % geo.p;
-      const Compute* const set = filters + (batch.per_sample ? sample : 0) * window * geo.k;
+      const Compute* const set = depthwise_filters_for<Compute>(batch, sample, rotated, call);
       index_t first_channel = 0;  // channels before it are done
 #if defined(__GNUC__)
       if constexpr (std::is_same_v<TX, Compute>) {
@@ -456,13 +491,14 @@ void depthwise(host_exec exec, const fprop_batch<TX, TW, TY>& batch, Compute alp
     // One task per output plane; each filter tap adds a shifted input row to the plane.
     host_parallel_for(exec, geo.n * geo.k, schedule::uniform, [&](index_t task) {
       const index_t sample = task / geo.k, ik = task % geo.k;
-      const Compute* const set = filters + (batch.per_sample ? sample : 0) * window * geo.k;
+      const TW* const filter = batch.filters_of(batch.per_sample ? sample : 0) + ik * window;
       Compute* const acc = host_gemm::scratch<Compute>(static_cast<std::size_t>(geo.pixels()), 1);
       std::fill(acc, acc + geo.pixels(), Compute(0));
       const TX* const plane = batch.x + geo.x_offset(sample, ik / multiplier, 0, 0);
       for (index_t ir = 0; ir < geo.r; ++ir) {
         for (index_t is = 0; is < geo.s; ++is) {
-          const Compute wv = set[(ir * geo.s + is) * geo.k + ik];
+          const index_t rs = ir * geo.s + is;
+          const Compute wv = convert<Compute>(filter[rotated ? window - 1 - rs : rs]);
           // Output columns whose tap lands inside the row: 0 <= oq * stride + shift < W.
           const index_t shift = is * geo.dilation_w - geo.pad_w;
           const std::pair<index_t, index_t> inside =
