@@ -228,7 +228,7 @@ index_t depthwise_nhwc_row(const fprop_batch<TX, TW, TY>& batch, const Compute* 
   // The input rows the output row reads (null in the padding), resolved once.
   const Compute* rows[max_filter_rows];
   index_t valid_rows = 0;
-  index_t row_ih[max_filter_rows];             // each row's index in the input
+  index_t row_ih[max_filter_rows];           // each row's index in the input
   const Compute* row_taps[max_filter_rows];  // each row's filter taps
   for (index_t ir = 0; ir < geo.r; ++ir) {
     const index_t ih = op * geo.stride_h - geo.pad_h + ir * geo.dilation_h;
