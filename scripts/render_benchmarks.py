@@ -70,6 +70,9 @@ CATEGORICAL_ARGS = {"layer"}
 # The host's FMA roofline (bench/gemm/host_roofline.cpp): one implementation per element type.
 # A host group whose name carries that type gets each implementation's share of it.
 HOST_PEAK_GROUP = "fma_peak.host"
+# The memory floor of a streaming host GEMM batch (bench/gemm/gemm_host.cpp): an implementation
+# that moves the batch's bytes with next to no arithmetic, explained under the tables it is in.
+MEMORY_FLOOR = "memory_floor"
 ELEMENT_TYPE = re.compile(r"(?:^|_)(f32|f64)(?:_|\.)")
 
 
@@ -543,6 +546,11 @@ def group_section(group: Group, label: str, plot_rel: str | None,
                       "data, of that ratio (median of the repetitions), which a slow spell of a "
                       "shared machine moves far less")
         intro += "."
+    if MEMORY_FLOOR in ratios:
+        intro += (f" {MEMORY_FLOOR} = c = a b + 1 element by element over the batch's own A, B "
+                  "and C, C written with non-temporal stores: the bytes the batch must move, at "
+                  f"the memory's pace, so {SUBJECT} / {MEMORY_FLOOR} is {SUBJECT}'s time against "
+                  "the memory bandwidth (1.11: 90% of it).")
     if peak:
         intro += (f"{'' if ratios else '.'} Of peak = FLOP/s / this machine's {peak[0]} "
                   f"`{HOST_PEAK_GROUP}` ({fmt_rate(peak[1], 'FLOP/s')}), the most any kernel "

@@ -9,17 +9,20 @@
 //   gemm_f64_l2.host
 //
 // Square row-major problems. Inputs are random; C is overwritten (beta = 0). Two regimes:
-//  - streaming (gemm_f32.host, n = 4 ... 512): batch sized so one iteration is ~2^26 FLOPs, at
-//    least 2 problems; up to n = 16 the batch is tens of MiB, far beyond L2, so small sizes
-//    are bound by memory bandwidth (compare bytes_per_second with the machine's);
+//  - streaming (gemm_f32.host, n = 4 ... 512): at least four times the last-level cache of
+//    operands (bench::host_streaming_bytes) and ~2^26 FLOPs, so every problem's operands come
+//    from memory and small sizes are bound by its bandwidth. The memory_floor implementation
+//    (n = 4 ... 64) moves the same bytes with next to no arithmetic, paired with gpubatch on the
+//    same batch;
 //  - cache-resident (gemm_*_l2.host, n = 4 ... 128): about 512 KiB of operands per thread, as
 //    when a batch was just produced by the previous layer; computation and per-call overhead,
 //    not memory, decide.
 //
 // LIBXSMM (when built with it, GPUBATCH_BENCH_LIBXSMM) is column-major: the row-major
 // C = A B is its C^T = B^T A^T, so its kernel gets B as its first operand and A as its second.
-// One kernel per shape is dispatched (JIT-compiled) before the timing, with beta = 0 and
-// LIBXSMM's automatic prefetch of the next problem's operands. Before timing, every baseline's
+// One kernel per shape is dispatched (JIT-compiled) before the timing, with beta = 0,
+// LIBXSMM's automatic prefetch of the next problem's operands and, on streaming batches, its
+// non-temporal stores of C. Before timing, every baseline's
 // result is compared with gpubatch's on the same data; a difference beyond rounding turns the
 // run into an error instead of a time. After its timing, LIBXSMM's benchmark also times pairs of
 // back-to-back calls, gpubatch's and its own, and reports the median ratio of their times as
@@ -28,6 +31,8 @@
 #include "support/harness.hpp"
 #include "support/openblas.hpp"
 
+#include <gpubatch/detail/gemm/host.hpp>
+#include <gpubatch/detail/host/cache.hpp>
 #include <gpubatch/gemm.hpp>
 
 #include <benchmark/benchmark.h>
@@ -36,6 +41,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <omp.h>
 #include <random>
@@ -52,8 +58,9 @@ namespace {
 namespace bench = gpubatch::bench;
 using gpubatch::index_t;
 
-/// Problems of one iteration: ~2^26 FLOPs when streaming, else ~512 KiB of A, B and C per
-/// thread (a whole number of problems per thread).
+/// Problems of one iteration: when streaming, at least ~2^26 FLOPs and more operands than
+/// bench::host_streaming_bytes; else ~512 KiB of A, B and C per thread (a whole number of
+/// problems per thread).
 template <class T>
 index_t batch_for(index_t n, bool cache_resident) {
   if (cache_resident) {
@@ -62,7 +69,9 @@ index_t batch_for(index_t n, bool cache_resident) {
     return threads * std::max<index_t>(1, 512 * 1024 / bytes);
   }
   const index_t flops_per_problem = 2 * n * n * n;
-  return std::clamp<index_t>((index_t{1} << 26) / flops_per_problem, 2, 1 << 16);
+  const index_t bytes_per_problem = 3 * n * n * static_cast<index_t>(sizeof(T));
+  const index_t beyond_cache = bench::host_streaming_bytes() / bytes_per_problem + 1;
+  return std::max<index_t>((index_t{1} << 26) / flops_per_problem, beyond_cache);
 }
 
 template <class T>
@@ -157,6 +166,50 @@ void gemm_openblas(benchmark::State& state) {
   });
 }
 
+/// The memory floor of a streaming batch: c = a b + 1 element by element over the batch's own A,
+/// B and C, which moves the bytes any GEMM of the batch must (A and B read, C written) with next
+/// to no arithmetic, C with non-temporal stores as gpubatch's and LIBXSMM's are there (no read
+/// of its lines first). Its paired ratio, gpubatch's time over the floor's, says how close
+/// gpubatch comes to the memory bandwidth: 1.11 is 90% of it.
+template <class T>
+void gemm_memory_floor(benchmark::State& state) {
+  namespace host_cache = gpubatch::detail::host_cache;
+  constexpr int vector_bytes = gpubatch::detail::host_gemm::vector_bytes;
+  typedef T vec __attribute__((vector_size(vector_bytes)));
+  constexpr index_t lanes = vector_bytes / static_cast<index_t>(sizeof(T));
+  bench::run_host_benchmark(state, [&] {
+    square_batch<T> data(state.range(0), false);
+    const auto elements = static_cast<index_t>(data.elements());
+    if (elements % lanes != 0) throw std::runtime_error("the batch is not whole vectors");
+    const T* const a = data.a.data();
+    const T* const b = data.b.data();
+    T* const c = data.c.data();
+    const auto run = [&] {
+#pragma omp parallel for schedule(static)
+      for (index_t i = 0; i < elements; i += lanes) {
+        vec x, y;
+        std::memcpy(&x, a + i, sizeof(vec));
+        std::memcpy(&y, b + i, sizeof(vec));
+        const vec z = x * y + T(1);
+        if constexpr (host_cache::can_stream_store<vector_bytes>) {
+          host_cache::stream_store(c + i, z);
+        } else {
+          std::memcpy(c + i, &z, sizeof(vec));
+        }
+      }
+      host_cache::store_fence();
+    };
+    for (auto _ : state) {
+      run();
+      benchmark::DoNotOptimize(c);
+      benchmark::ClobberMemory();
+    }
+    bench::set_rates(state, 0, 3.0 * static_cast<double>(elements) * sizeof(T));
+    state.counters["batch"] = static_cast<double>(data.count);
+    bench::set_paired_ratio(state, [&] { data.run_gpubatch(); }, run);
+  });
+}
+
 #if GPUBATCH_BENCH_LIBXSMM
 /// The LIBXSMM build and the code path its JIT generates for, in the JSON context.
 inline const bool libxsmm_described = [] {
@@ -172,8 +225,10 @@ void gemm_libxsmm(benchmark::State& state) {
     const auto n = static_cast<libxsmm_blasint>(data.n);
     const index_t stride = data.n * data.n;
     // Column-major C^T (n x n) = B^T (n x n) * A^T (n x n): m = n = k = n, leading dimensions n.
-    const libxsmm_mmfunction<T> kernel(LIBXSMM_GEMM_FLAG_NONE, n, n, n, T(1), T(0),
-                                       LIBXSMM_PREFETCH_AUTO);
+    // Streaming batches: C written with non-temporal stores, as gpubatch's are there (without
+    // them LIBXSMM took 1.1x to 1.35x the time at n = 16 and 32 on a 2-core EPYC).
+    const int flags = CacheResident ? LIBXSMM_GEMM_FLAG_NONE : LIBXSMM_GEMM_FLAG_ALIGN_C_NTS_HINT;
+    const libxsmm_mmfunction<T> kernel(flags, n, n, n, T(1), T(0), LIBXSMM_PREFETCH_AUTO);
     if (!kernel) {
       throw std::runtime_error("LIBXSMM dispatched no kernel for n = " + std::to_string(n));
     }
@@ -203,6 +258,11 @@ void gemm_libxsmm(benchmark::State& state) {
 void sizes(benchmark::internal::Benchmark* b) {
   b->ArgName("n")->RangeMultiplier(2)->Range(4, 512)->UseRealTime()->Unit(benchmark::kMicrosecond);
 }
+// Up to where a streaming batch can be bound by memory: at n = 64 a problem does 5.3 FLOPs (f64)
+// or 10.7 (f32) per byte it moves, more than an FMA peak keeps pace with at memory speed.
+void memory_bound_sizes(benchmark::internal::Benchmark* b) {
+  b->ArgName("n")->RangeMultiplier(2)->Range(4, 64)->UseRealTime()->Unit(benchmark::kMicrosecond);
+}
 void resident_sizes(benchmark::internal::Benchmark* b) {
   b->ArgName("n")->RangeMultiplier(2)->Range(4, 128)->UseRealTime()->Unit(benchmark::kMicrosecond);
 }
@@ -219,6 +279,10 @@ BENCHMARK(gemm_gpubatch<double, true>)
     ->Name(bench::name("gemm_f64_l2.host", bench::subject))->Apply(resident_sizes);
 BENCHMARK(gemm_openblas<double, true>)
     ->Name(bench::name("gemm_f64_l2.host", "openblas"))->Apply(resident_sizes);
+BENCHMARK(gemm_memory_floor<float>)
+    ->Name(bench::name("gemm_f32.host", "memory_floor"))->Apply(memory_bound_sizes);
+BENCHMARK(gemm_memory_floor<double>)
+    ->Name(bench::name("gemm_f64.host", "memory_floor"))->Apply(memory_bound_sizes);
 #if GPUBATCH_BENCH_LIBXSMM
 BENCHMARK(gemm_libxsmm<float, false>)->Name(bench::name("gemm_f32.host", "libxsmm"))->Apply(sizes);
 BENCHMARK(gemm_libxsmm<double, false>)->Name(bench::name("gemm_f64.host", "libxsmm"))->Apply(sizes);

@@ -5,7 +5,8 @@
 //                                      most FLOP/s any GEMM can reach on this machine
 //   memory_bandwidth.host/triad/bytes  c[i] = a[i] * b[i] + 1 over three arrays of `bytes` in
 //                                      all, on every thread: the bytes/s a batch of tiny problems
-//                                      can stream at when it lives in L2 (1 MiB) or beyond (48 MiB)
+//                                      can stream at when it lives in L2 (1 MiB) or in memory
+//                                      (bench::host_streaming_bytes: 4x the last-level cache)
 //
 // bytes_per_second counts what the triad must move (a and b read, c written), as the GEMM
 // benchmarks count A, B and C; like them it pays for reading c's lines before writing them.
@@ -85,6 +86,7 @@ BENCHMARK(fma_peak<float>)->Name(bench::name("fma_peak.host", "f32"))->UseRealTi
 BENCHMARK(fma_peak<double>)->Name(bench::name("fma_peak.host", "f64"))->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK(triad)->Name(bench::name("memory_bandwidth.host", "triad"))->ArgName("bytes")
-    ->Arg(bench::mib)->Arg(48 * bench::mib)->UseRealTime()->Unit(benchmark::kMicrosecond);
+    ->Arg(bench::mib)->Arg(bench::host_streaming_bytes())->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
 
 }  // namespace

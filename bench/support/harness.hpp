@@ -12,6 +12,7 @@
 #pragma once
 
 #include <gpubatch/containers.hpp>
+#include <gpubatch/detail/host/cache.hpp>
 #include <gpubatch/error.hpp>
 #include <gpubatch/execution.hpp>
 #include <gpubatch/stream.hpp>
@@ -40,6 +41,17 @@ inline constexpr const char* subject = "gpubatch";
 
 inline constexpr std::int64_t kib = std::int64_t{1} << 10;  ///< bytes in a KiB
 inline constexpr std::int64_t mib = std::int64_t{1} << 20;  ///< bytes in a MiB
+
+/// @brief Bytes a host working set needs to come from memory rather than a cache: four times
+/// the last-level cache (as the host kernels see it, from CPUID), at least 128 MiB.
+///
+/// Half again the cache is not enough: on a 32 MiB L3 (an AMD EPYC slice) a 48 MiB triad ran at
+/// 1.2x to 1.7x the rate of a 128 MiB one timed right after it, its lines partly still in the
+/// cache from the previous pass.
+[[nodiscard]] inline std::int64_t host_streaming_bytes() {
+  const auto cache = static_cast<std::int64_t>(gpubatch::detail::host_cache::last_level_bytes());
+  return std::max<std::int64_t>(128 * mib, 4 * cache);
+}
 
 /// @brief The benchmark name scripts/render_benchmarks.py parses: "<group>/<impl>".
 ///

@@ -82,6 +82,9 @@ def results():
         gemm.append(run(f"gemm_f64.host/openblas/n:{n}/real_time", 6e-6 * n))
         gemm.append(run(f"gemm_f32.host/gpubatch/n:{n}/real_time", 1e-6 * n,
                         flops_per_second=n * 1e9))
+        if n != 64:  # the memory floor of the streaming batches that can be bound by memory
+            gemm.append(run(f"gemm_f32.host/memory_floor/n:{n}/real_time", 0.8e-6 * n,
+                            paired_ratio=1.2))
     # The host's FMA peak, f64 only: f32 host groups get no share of a peak.
     gemm.append(run("fma_peak.host/f64/real_time", 1e-4, flops_per_second=128e9))
     context = {"gpubatch_commit": COMMIT, "cpu_model": "Some CPU", "cuda_device": GPU,
@@ -187,6 +190,18 @@ class Tables(Fixture):
                                        "openblas of peak"])
         row = cells(next(line for line in lines if line.startswith("| 64 |")))
         self.assertEqual(row[-3:], ["50%", "75%", "-"])  # OpenBLAS reported no FLOP/s
+
+    def test_memory_floor_is_explained_and_paired_like_a_baseline(self):
+        lines = self.section(self.render(False), "gemm_f32.host")
+        self.assertTrue(any("memory_floor = c = a b + 1 element by element" in line and
+                            "(1.11: 90% of it)" in line for line in lines))
+        header = cells(next(line for line in lines if line.startswith("| n |")))
+        self.assertEqual(header[:5], ["n", "gpubatch", "memory_floor", "gpubatch / memory_floor",
+                                      "gpubatch / memory_floor, paired"])
+        rows = [cells(line)[:5] for line in lines
+                if line.startswith("| 16 |") or line.startswith("| 64 |")]
+        self.assertEqual(rows, [["16", "16 µs", "12.8 µs", "1.25", "1.20"],
+                                ["64", "64 µs", "-", "-", "-"]])
 
     def test_no_share_of_a_peak_without_that_types_peak_or_on_a_gpu(self):
         markdown = self.render(False)

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <gpubatch/detail/gemm/problem.hpp>
+#include <gpubatch/detail/host/cache.hpp>
 #include <gpubatch/detail/host/parallel.hpp>
 #include <gpubatch/detail/host/unroll.hpp>
 #include <gpubatch/epilogue.hpp>
@@ -12,6 +13,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <new>
@@ -571,12 +573,57 @@ const Compute* pack_b_panel(const gemm_instance<TA, TB, TC>& p, index_t j0, inde
   return packed_b;
 }
 
+/// Lines of memory to fetch into L2 a few at a time while a block computes: the next problem's
+/// A and B, to read, and C, to write (fetched for writing, its lines are not read again when
+/// stored), on a batch that streams from memory.
+struct prefetch_stream {
+  const char* next[3] = {nullptr, nullptr, nullptr};  ///< the next line of A, B and C to fetch
+  const char* end[3] = {nullptr, nullptr, nullptr};
+  /// Lines left to fetch.
+  index_t lines() const {
+    return ((end[0] - next[0]) + (end[1] - next[1]) + (end[2] - next[2])) / 64;
+  }
+  /// Fetches the next `count` lines, A's before B's before C's, if any are left.
+  void step(index_t count) {
+    for (int r = 0; r < 2; ++r) {
+      for (; count > 0 && next[r] < end[r]; --count, next[r] += 64) {
+        __builtin_prefetch(next[r], 0, 2);
+      }
+    }
+    for (; count > 0 && next[2] < end[2]; --count, next[2] += 64) {
+      __builtin_prefetch(next[2], 1, 2);
+    }
+  }
+};
+
+/// The bytes an operand of a problem spans in memory, from its first element.
+template <class T>
+index_t span_bytes(const matrix_ref<T>& x, index_t rows, index_t cols) {
+  return ((rows - 1) * x.stride.row + (cols - 1) * x.stride.col + 1) *
+         static_cast<index_t>(sizeof(T));
+}
+
+/// A prefetch_stream over problem p's A, B and C.
+template <class TA, class TB, class TC>
+prefetch_stream operands_of(const gemm_instance<TA, TB, TC>& p) {
+  prefetch_stream s;
+  s.next[0] = reinterpret_cast<const char*>(p.a.data);
+  s.end[0] = s.next[0] + span_bytes(p.a, p.m, p.k);
+  s.next[1] = reinterpret_cast<const char*>(p.b.data);
+  s.end[1] = s.next[1] + span_bytes(p.b, p.k, p.n);
+  s.next[2] = reinterpret_cast<const char*>(p.c.data);
+  s.end[2] = s.next[2] + span_bytes(p.c, p.m, p.n);
+  return s;
+}
+
 /// Computes the C block [i0, i0 + rows) x [j0, j0 + cols) of problem `batch`. `b_panel`, when
 /// not null, is what pack_b_panel(p, j0, cols) returned, shared by the blocks of one panel.
+/// `ahead`, when not null, is fetched into L2 in even steps over the block's micro-tiles.
 template <class Compute, class TA, class TB, class TC, class Epilogue>
 void compute_block(const gemm_instance<TA, TB, TC>& p, index_t i0, index_t rows, index_t j0,
                    index_t cols, Compute alpha, Compute beta, const Epilogue& epilogue,
-                   index_t batch, const Compute* b_panel = nullptr) {
+                   index_t batch, const Compute* b_panel = nullptr,
+                   prefetch_stream* ahead = nullptr) {
   constexpr int mr = tuning<Compute>::mr;
   constexpr int nr = tuning<Compute>::nr;
   const index_t a_strips = ceil_div(rows, mr);
@@ -614,6 +661,8 @@ void compute_block(const gemm_instance<TA, TB, TC>& p, index_t i0, index_t rows,
   alignas(64) Compute acc[mr * nr];
   Compute* const tile =
       passes ? scratch<Compute>(static_cast<std::size_t>(a_strips * mr * tile_ld), 2) : acc;
+  const index_t tiles = ceil_div(p.k, kc) * a_strips * b_strips;
+  const index_t lines_per_tile = ahead != nullptr ? ceil_div(ahead->lines(), tiles) : 0;
   for (index_t k0 = 0; k0 < p.k; k0 += kc) {
     const index_t kcur = std::min(kc, p.k - k0);
     const bool last = k0 + kcur == p.k;
@@ -640,6 +689,7 @@ void compute_block(const gemm_instance<TA, TB, TC>& p, index_t i0, index_t rows,
           s.a_k = mr;
         }
         Compute* const sums = passes ? tile + si * mr * tile_ld + sj * nr : acc;
+        if (ahead != nullptr) ahead->step(lines_per_tile);
         if constexpr (plain_output) {
           if (last && straight_to_c && row0 + mr <= i0 + rows && valid_cols == nr) {
             micro_kernel_to(kcur, s, k0 > 0 ? sums : nullptr, tile_ld, &p.c(row0, col0),
@@ -772,6 +822,24 @@ struct batch_types {
   using b = std::remove_const_t<std::remove_pointer_t<decltype(instance::b.data)>>;
   using c = std::remove_pointer_t<decltype(instance::c.data)>;
 };
+
+/// The bytes of a uniform batch's A, B and C.
+template <class Batch>
+std::size_t batch_bytes(const Batch& batch) {
+  using types = batch_types<Batch>;
+  return static_cast<std::size_t>(batch.count) *
+         static_cast<std::size_t>(batch.m * batch.k * sizeof(typename types::a) +
+                                  batch.k * batch.n * sizeof(typename types::b) +
+                                  batch.m * batch.n * sizeof(typename types::c));
+}
+
+/// Whether square_run writes a uniform batch's C with non-temporal stores (where a problem's C is
+/// aligned to the vector): beta = 0, so C is not read, and the batch's operands are more than the
+/// last-level cache holds, so C would be evicted before anyone read it back from there.
+template <class Batch, class Compute>
+bool streams_c(const Batch& batch, Compute beta) {
+  return beta == Compute(0) && host_cache::streams(batch_bytes(batch));
+}
 
 /// Whether A and B are already of the compute type (the run kernels read them as they lie).
 template <class Batch, class Compute>
@@ -922,8 +990,15 @@ constexpr int square_rows_per_pass(int n, int vectors_per_row) {
 /// Prefetching the problem after next (into L1, or L2 for problems over 16 KiB) measured 1.2x
 /// to 2x slower than none at n = 8 and 16 on batches far beyond L2 (a 2-core slice of an AMD
 /// EPYC with AVX-512), and no faster at 32 and 64 or on L2-resident batches; prefetching into L2
-/// only, or four to eight problems ahead, did not close the gap. Non-temporal stores of C
-/// (beta = 0), which spare reading its lines first, measured within the noise of plain ones.
+/// only, or four to eight problems ahead, did not close the gap. Spreading the next problem's
+/// prefetches over the reduction steps, on batches of four times the L3, was slower again (1.2x
+/// to 1.4x at n = 32, up to 1.6x at 64).
+/// `stream_c` (beta = 0, a batch larger than the last-level cache): C is written with
+/// non-temporal stores, which spare reading its lines from memory first and leave the cache to
+/// the operands; where a problem's C is not aligned to the vector, plainly. On 160 MiB batches
+/// (five times the L3 of a 2-core EPYC slice, n = 16) they took 0.55x to 0.7x the time of plain
+/// stores; on batches that fit in the caches they would push C out to memory, so those keep
+/// plain stores.
 /// `Packed`: every leading dimension is N, known at compile time, so all of a problem's
 /// addresses are one base register plus a constant (16 row pointers of A took most of the
 /// general registers and cost 1.4x at n = 16).
@@ -933,7 +1008,8 @@ constexpr int square_rows_per_pass(int n, int vectors_per_row) {
 /// vector registers and kept f64's B vectors at n = 32 on the stack (1.3x LIBXSMM's time).
 template <int N, bool ReadC, bool Packed, bool Scale, class Batch, class Compute, class Epilogue>
 __attribute__((noinline)) void square_run(const Batch& batch, index_t first, index_t last,
-                                          Compute alpha, Compute beta, const Epilogue& epilogue) {
+                                          Compute alpha, Compute beta, const Epilogue& epilogue,
+                                          bool stream_c) {
   constexpr int row_bytes = N * static_cast<int>(sizeof(Compute));
   constexpr int vec_bytes = row_bytes < vector_bytes ? row_bytes : vector_bytes;
   constexpr int lanes = vec_bytes / static_cast<int>(sizeof(Compute));
@@ -955,6 +1031,9 @@ __attribute__((noinline)) void square_run(const Batch& batch, index_t first, ind
     const index_t a_ld = Packed ? N : p.a.stride.row;
     const index_t b_ld = Packed ? N : p.b.stride.row;
     const index_t c_ld = Packed ? N : p.c.stride.row;
+    [[maybe_unused]] const bool stream_this =
+        stream_c && reinterpret_cast<std::uintptr_t>(p.c.data) % vec_bytes == 0 &&
+        (c_ld * static_cast<index_t>(sizeof(TC))) % vec_bytes == 0;
     for (int i0 = 0; i0 < N; i0 += R) {
       const Compute* const a = p.a.data + i0 * a_ld;
       // The same B for every pass, so GCC would hoist all of its loads out of the pass loop
@@ -985,19 +1064,34 @@ __attribute__((noinline)) void square_run(const Batch& batch, index_t first, ind
           }
         }
         if constexpr (vector_store) {
-          GPUBATCH_HOST_UNROLL(16)
-          for (int r = 0; r < R; ++r) {
-            TC* const out = p.c.data + (i0 + r) * c_ld + v0 * lanes;
-            GPUBATCH_HOST_UNROLL(8)
-            for (int v = 0; v < VP; ++v) {
-              vec x = Scale ? alpha_v * acc[r][v] : acc[r][v];
-              if constexpr (ReadC) {
-                vec old;
-                std::memcpy(&old, out + v * lanes, sizeof(vec));
-                x += beta_v * old;
+          const auto store = [&](auto streamed) {
+            GPUBATCH_HOST_UNROLL(16)
+            for (int r = 0; r < R; ++r) {
+              TC* const out = p.c.data + (i0 + r) * c_ld + v0 * lanes;
+              GPUBATCH_HOST_UNROLL(8)
+              for (int v = 0; v < VP; ++v) {
+                vec x = Scale ? alpha_v * acc[r][v] : acc[r][v];
+                if constexpr (ReadC) {
+                  vec old;
+                  std::memcpy(&old, out + v * lanes, sizeof(vec));
+                  x += beta_v * old;
+                }
+                if constexpr (decltype(streamed)::value) {
+                  host_cache::stream_store(out + v * lanes, x);
+                } else {
+                  std::memcpy(out + v * lanes, &x, sizeof(vec));
+                }
               }
-              std::memcpy(out + v * lanes, &x, sizeof(vec));
             }
+          };
+          if constexpr (!ReadC && host_cache::can_stream_store<vec_bytes>) {
+            if (stream_this) {
+              store(std::true_type{});
+            } else {
+              store(std::false_type{});
+            }
+          } else {
+            store(std::false_type{});
           }
         } else {
           // The epilogue sees every element, a row at a time through a loop kept rolled:
@@ -1021,6 +1115,7 @@ __attribute__((noinline)) void square_run(const Batch& batch, index_t first, ind
       }
     }
   }
+  if (stream_c) host_cache::store_fence();
 }
 
 /// Whether square_run has an N x N x N kernel for the compute type. Measured faster than the
@@ -1064,7 +1159,7 @@ bool fits_square_run(const Batch& batch) {
 /// fits_square_run says it may; returns false, having done nothing, otherwise.
 template <class Batch, class Compute, class Epilogue>
 bool try_square_run(const Batch& batch, index_t first, index_t last, Compute alpha,
-                    Compute beta, const Epilogue& epilogue) {
+                    Compute beta, const Epilogue& epilogue, bool stream_c) {
   if constexpr (operands_of_type<Batch, Compute>) {
     if (!fits_square_run<Compute>(batch)) return false;
     const auto p0 = batch.problem(first);
@@ -1074,7 +1169,7 @@ bool try_square_run(const Batch& batch, index_t first, index_t last, Compute alp
         const bool packed = p0.a.stride.row == N && p0.b.stride.row == N && p0.c.stride.row == N;
         const auto launch = [&](auto read_c, auto pack, auto scale) {
           square_run<N, decltype(read_c)::value, decltype(pack)::value, decltype(scale)::value>(
-              batch, first, last, alpha, beta, epilogue);
+              batch, first, last, alpha, beta, epilogue, stream_c);
         };
         with_choice(beta != Compute(0), [&](auto read_c) {
           with_choice(packed, [&](auto pack) {
@@ -1097,7 +1192,7 @@ bool try_square_run(const Batch& batch, index_t first, index_t last, Compute alp
     }
     return true;
   } else {
-    (void)batch, (void)first, (void)last, (void)alpha, (void)beta, (void)epilogue;
+    (void)batch, (void)first, (void)last, (void)alpha, (void)beta, (void)epilogue, (void)stream_c;
     return false;
   }
 }
@@ -1131,12 +1226,13 @@ void tiny(const gemm_instance<TA, TB, TC>& p, Compute alpha, Compute beta,
 }
 
 /// Problems [first, last) of a uniform batch that in_runs admits, on the calling thread. The
-/// shape and strides are the same for every problem, so the kernel is chosen once.
+/// shape and strides are the same for every problem, so the kernel is chosen once. `stream_c`:
+/// streams_c said so for the batch.
 template <class Batch, class Compute, class Epilogue>
 void tiny_range(const Batch& batch, index_t first, index_t last, Compute alpha, Compute beta,
-                const Epilogue& epilogue) {
+                const Epilogue& epilogue, [[maybe_unused]] bool stream_c) {
 #if defined(__GNUC__)
-  if (try_square_run(batch, first, last, alpha, beta, epilogue)) return;
+  if (try_square_run(batch, first, last, alpha, beta, epilogue, stream_c)) return;
 #endif
 #if defined(GPUBATCH_HOST_GEMM_FOUR_BY_FOUR)
   if (batch.m == 4 && batch.n == 4 && batch.k == 4 &&
@@ -1203,9 +1299,11 @@ void run(host_exec exec, const Batch& batch, Compute alpha, Compute beta,
       index_t runs = std::max<index_t>(threads, ceil_div(batch.count, 64));
       runs = std::min<index_t>(ceil_div(runs, threads) * threads, batch.count);
       const index_t base = batch.count / runs, longer = batch.count % runs;
+      const bool stream_c = streams_c(batch, beta);
       host_parallel_for(exec, runs, schedule::uniform, [&](index_t r) {
         const index_t first = r * base + std::min(r, longer);
-        tiny_range(batch, first, first + base + (r < longer ? 1 : 0), alpha, beta, epilogue);
+        tiny_range(batch, first, first + base + (r < longer ? 1 : 0), alpha, beta, epilogue,
+                   stream_c);
       });
       return;
     }
@@ -1225,13 +1323,20 @@ void run(host_exec exec, const Batch& batch, Compute alpha, Compute beta,
     // Equal tasks (one block per problem) go to threads in contiguous ranges, which keeps each
     // thread's hardware prefetchers on one stream; unequal ones (edge blocks) one at a time.
     const schedule kind = per_problem == 1 ? schedule::uniform : schedule::dynamic;
+    // On a batch that streams from memory, a problem of one block fetches the next one's
+    // operands into L2 as it computes (n = 128 on a 2-core EPYC, paired against LIBXSMM: f32
+    // 1.22x to 1.25x its time, from 1.40x to 1.47x; f64 1.19x to 1.28x, from 1.26x to 1.33x).
+    const bool fetch_next = per_problem == 1 && host_cache::streams(batch_bytes(batch));
     host_parallel_for(exec, batch.count * per_problem, kind, [&](index_t task) {
       const index_t b = task / per_problem;
       const index_t block = task % per_problem;
       const index_t i0 = (block % blocks.m_blocks) * blocks.mc;
       const index_t j0 = (block / blocks.m_blocks) * blocks.nc;
+      prefetch_stream next;
+      if (fetch_next && b + 1 < batch.count) next = operands_of(batch.problem(b + 1));
       compute_block(batch.problem(b), i0, std::min(blocks.mc, batch.m - i0), j0,
-                    std::min(blocks.nc, batch.n - j0), alpha, beta, epilogue, b);
+                    std::min(blocks.nc, batch.n - j0), alpha, beta, epilogue, b,
+                    static_cast<const Compute*>(nullptr), fetch_next ? &next : nullptr);
     });
   } else {
     host_parallel_for(exec, batch.count, schedule::dynamic, [&](index_t b) {
