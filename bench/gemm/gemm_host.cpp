@@ -22,12 +22,13 @@
 // C = A B is its C^T = B^T A^T, so its kernel gets B as its first operand and A as its second.
 // One kernel per shape is dispatched (JIT-compiled) before the timing, with beta = 0,
 // LIBXSMM's automatic prefetch of the next problem's operands and, on streaming batches, its
-// non-temporal stores of C. Before timing, every baseline's
-// result is compared with gpubatch's on the same data; a difference beyond rounding turns the
-// run into an error instead of a time. After its timing, LIBXSMM's benchmark also times pairs of
-// back-to-back calls, gpubatch's and its own, and reports the median ratio of their times as
-// the counter paired_ratio (gpubatch::bench::set_paired_ratio), which a slow spell of a shared
-// machine moves far less than the ratio of the two benchmarks' medians.
+// non-temporal stores of C. Before timing, every GEMM baseline's result is compared with
+// gpubatch's on the same data (memory_floor computes none); a difference beyond rounding turns
+// the run into an error instead of a time.
+// After its timing, LIBXSMM's benchmark (and memory_floor's) also times pairs of back-to-back
+// calls, gpubatch's and its own, and reports the median ratio of their times as the counter
+// paired_ratio (gpubatch::bench::set_paired_ratio), which a slow spell of a shared machine moves
+// far less than the ratio of the two benchmarks' medians.
 #include "support/harness.hpp"
 #include "support/openblas.hpp"
 

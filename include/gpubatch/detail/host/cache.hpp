@@ -37,7 +37,7 @@ inline std::size_t largest_described(unsigned leaf) {
     unsigned a = 0, b = 0, c = 0, d = 0;
     if (__get_cpuid_count(leaf, sub, &a, &b, &c, &d) == 0) break;
     const unsigned type = a & 0x1FU;
-    if (type == 0) break;   // no more caches
+    if (type == 0) break;     // no more caches
     if (type == 2) continue;  // instruction cache
     const std::size_t ways = ((b >> 22) & 0x3FFU) + 1;
     const std::size_t partitions = ((b >> 12) & 0x3FFU) + 1;
