@@ -314,6 +314,17 @@ inline std::vector<conv_case> backward_layers() {
       {"depthwise 3x3, 33 channels, 10 wide", 2, 33, 6, 10, 33, 3, 3, pad(1, 1).with_groups(33)},
       {"depthwise 3x3, stride 2, 32 channels, 15 wide", 1, 32, 7, 15, 32, 3, 3,
        pad(1, 1).with_stride(2, 2).with_groups(32)},
+      // Strided layers with 16 or more output channels per group: stride phases that run as
+      // forward convolutions of dy (8 samples: whole sample-minor strips), with phases that
+      // have no taps (dilation 2 at stride 2) or whose padding would be negative (bottom padding
+      // beyond what a phase reaches) on the phase GEMM beside them.
+      {"3x3 stride 2, 8 samples, 24 -> 16", 8, 24, 9, 10, 16, 3, 3, pad(1, 1).with_stride(2, 2)},
+      {"5x4 stride 3x2, groups 2, 20 -> 32", 2, 20, 13, 11, 32, 5, 4,
+       conv2d_params{}.with_padding(3, 1, 2, 2).with_stride(3, 2).with_groups(2)},
+      {"3x3 stride 2, dilation 2, 12 -> 17", 2, 12, 11, 9, 17, 3, 3,
+       pad(2, 2).with_stride(2, 2).with_dilation(2, 2)},
+      {"3x2 stride 2, bottom padding 2, 7 -> 20", 3, 7, 8, 9, 20, 3, 2,
+       conv2d_params{}.with_padding(1, 2, 0, 1).with_stride(2, 2)},
   };
 }
 

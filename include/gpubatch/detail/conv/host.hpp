@@ -65,6 +65,12 @@ struct blocking {
   static constexpr index_t packed_b_rows = 512;
   /// Output channels one task covers; its accumulators (mc x nc) are reused across chunks.
   static constexpr index_t nc = 256;
+  /// Scratch of one pass of a strided backward-data phase run forward (phase_via_fprop): read
+  /// back from the last-level cache, not from memory.
+  static constexpr index_t phase_scratch_bytes = index_t{8} << 20;
+  /// Samples a sample-minor strip holds at most (the micro-tile's rows, MR <= 8): a pass of
+  /// that many samples or a multiple keeps every strip whole.
+  static constexpr index_t sample_strip = 8;
 };
 
 /// The outputs o in [0, outputs) whose input o * stride + offset lies in [0, extent), as
@@ -848,6 +854,13 @@ bool sample_minor(const fprop_gemm<TX, TW, TY>& g) {
   return taps_in_place<Compute, TX>(g.geo) && g.samples % host_gemm::tuning<Compute>::mr == 0;
 }
 
+/// Whether gemm_block takes a problem's rows in sample-minor order: only where no filter is inf
+/// or NaN, as it then skips the products of the padding.
+template <class Compute, class TX, class TW, class TY>
+bool rows_sample_minor(const fprop_gemm<TX, TW, TY>& g, bool finite_filters) {
+  return finite_filters && sample_minor<Compute>(g);
+}
+
 /// The implicit GEMM's row of block row i in sample-minor order.
 template <class TX, class TW, class TY>
 index_t sample_minor_row(const fprop_gemm<TX, TW, TY>& g, index_t i) {
@@ -1002,7 +1015,7 @@ void gemm_block(const fprop_gemm<TX, TW, TY>& g, const Compute* packed_b, bool f
   const index_t a_strips = ceil_div(rows, mr);
   const index_t b_strips = ceil_div(cols, nr);
   const bool in_place = taps_in_place<Compute, TX>(g.geo);
-  if (finite_filters && sample_minor<Compute>(g)) {
+  if (rows_sample_minor<Compute>(g, finite_filters)) {
     // Straight to y when it is of the compute type, the call overwrites it (beta = 0) and the
     // block covers whole strips of columns; else to a scratch tile.
     constexpr index_t max_strips = host_gemm::tuning<Compute>::mc / mr;
@@ -1146,10 +1159,21 @@ gemm_filters<Compute> pack_gemm_filters(host_exec exec, const fprop_batch<TX, TW
   });
 }
 
-/// The implicit GEMMs of a batch on filters pack_gemm_filters packed for it.
-template <class Compute, class TX, class TW, class TY, class Epilogue>
+/// What implicit_gemm does after a block by default: nothing.
+struct no_block_hook {
+  template <class Gemm>
+  void operator()(const Gemm&, index_t, index_t, index_t, index_t, bool) const {}
+};
+
+/// The implicit GEMMs of a batch on filters pack_gemm_filters packed for it;
+/// after_block(problem, i0, rows, j0, cols, minor) runs on the thread that computed each block,
+/// right after it, while its outputs are still cached (minor: the block's rows were in
+/// sample-minor order, see rows_sample_minor).
+template <class Compute, class TX, class TW, class TY, class Epilogue,
+          class AfterBlock = no_block_hook>
 void implicit_gemm(host_exec exec, const fprop_batch<TX, TW, TY>& batch, Compute alpha,
-                   Compute beta, const Epilogue& epilogue, const gemm_filters<Compute>& filters) {
+                   Compute beta, const Epilogue& epilogue, const gemm_filters<Compute>& filters,
+                   const AfterBlock& after_block = {}) {
   constexpr int nr = host_gemm::tuning<Compute>::nr;
   const index_t count = batch.count();
   const index_t gm = batch.gemm_m(), gn = batch.geo.kg(), gk = batch.geo.gemm_k();
@@ -1162,9 +1186,11 @@ void implicit_gemm(host_exec exec, const fprop_batch<TX, TW, TY>& batch, Compute
   host_parallel_for(exec, count * per_problem, schedule::dynamic, [&](index_t task) {
     const index_t i = task / per_problem, block = task % per_problem;
     const index_t i0 = (block % m_blocks) * mc, j0 = (block / m_blocks) * nc;
-    gemm_block(batch.problem(i), filters.strips.get() + i * packed_size + j0 * gk,
-               filters.finite[i], i0, std::min(mc, gm - i0), j0, std::min(nc, gn - j0), alpha,
-               beta, epilogue);
+    const auto g = batch.problem(i);
+    const index_t rows = std::min(mc, gm - i0), cols = std::min(nc, gn - j0);
+    gemm_block(g, filters.strips.get() + i * packed_size + j0 * gk, filters.finite[i], i0, rows,
+               j0, cols, alpha, beta, epilogue);
+    after_block(g, i0, rows, j0, cols, rows_sample_minor<Compute>(g, filters.finite[i]));
   });
 }
 

@@ -364,44 +364,103 @@ inline std::optional<conv::conv2d_geometry> dgrad_as_fprop(const conv::conv2d_ge
   return forward;
 }
 
-/// Columns [j0, j0 + cols) (the layer's input channels) of one group's filter matrix in the
-/// forward geometry of dgrad_as_fprop, as one NR-column strip: its step kk (tap (r, s), channel
-/// kl = an output channel of the layer) reads the layer's filter kl at tap (R-1-r, S-1-s).
+/// The layer's filter taps that a forward geometry's taps stand for: forward tap (r, s) is the
+/// layer's (rows[r], cols[s]).
+struct tap_map {
+  const index_t* rows;
+  const index_t* cols;
+};
+
+/// Columns [j0, j0 + cols) (the layer's input channels) of one group's filter matrix in a
+/// forward geometry whose output is dx (dgrad_as_fprop, phase_as_fprop), as one NR-column
+/// strip: its step kk (forward tap (r, s), channel kl = an output channel of the layer) reads
+/// the layer's filter kl at tap (taps.rows[r], taps.cols[s]); for dgrad_as_fprop that is
+/// (R-1-r, S-1-s), the filter turned 180 degrees.
 template <class Compute, class TW>
 void pack_rotated_strip(const conv::conv2d_geometry& geo, const conv::conv2d_geometry& forward,
-                        const TW* group_filters, index_t j0, index_t cols, Compute* out) {
+                        const tap_map& taps, const TW* group_filters, index_t j0, index_t cols,
+                        Compute* out) {
   constexpr int nr = host_gemm::tuning<Compute>::nr;
-  if constexpr (std::is_same_v<TW, Compute>) {
-    if (geo.nhwc()) {
-      // A tap's channels are contiguous: vector moves. Filters are read one after another (a
-      // strip's pieces of a filter a tap apart); in step order, consecutive pieces lay a whole
-      // filter apart (18 KiB in res5), and packing res5's 9 MiB of filters took 14% of its
-      // backward data time (12% this way; paired with oneDNN 1.23x to 1.29x, from 1.32x to
-      // 1.35x).
-      const index_t kg = forward.cg();  // the layer's output channels of the group
-      for (index_t kl = 0; kl < kg; ++kl) {
-        for (index_t ir = 0; ir < geo.r; ++ir) {
-          for (index_t is = 0; is < geo.s; ++is) {
-            const TW* const src =
-                group_filters + geo.w_offset(kl, j0, geo.r - 1 - ir, geo.s - 1 - is);
-            Compute* const dst = out + ((ir * geo.s + is) * kg + kl) * nr;  // step (ir, is, kl)
-            copy_run(dst, src, cols);
-            for (index_t c = cols; c < nr; ++c) dst[c] = Compute(0);
-          }
-        }
-      }
-      return;
-    }
-  }
   const index_t step = geo.nhwc() ? 1 : geo.r * geo.s;  // between a tap's input channels
   for (index_t kk = 0; kk < forward.gemm_k(); ++kk) {
     index_t kl, ir, is;
     forward.decode_filter_index(kk, kl, ir, is);
-    const TW* const src = group_filters + geo.w_offset(kl, j0, geo.r - 1 - ir, geo.s - 1 - is);
+    const TW* const src = group_filters + geo.w_offset(kl, j0, taps.rows[ir], taps.cols[is]);
     Compute* const dst = out + kk * nr;
     for (index_t c = 0; c < cols; ++c) dst[c] = convert<Compute>(src[c * step]);
     for (index_t c = cols; c < nr; ++c) dst[c] = Compute(0);
   }
+}
+
+/// The implicit-GEMM filters (pack_gemm_filters' layout) of a batch in a forward geometry whose
+/// output is dx, filters_of(i) the layer's filters of problem i's group. Each call reads the
+/// filters and writes the strips once, so packing waits on memory: NHWC filters of the compute
+/// type are read in storage order, a task's run of filters into every strip, with the next
+/// filter fetched ahead and each strip's next pieces fetched for writing (ResNet-50's res5, 9 MiB
+/// of filters: 11% of its backward-data time, from 21% strip by strip). Other filters are
+/// packed strip by strip (pack_rotated_strip).
+template <class Compute, class TDY, class TW, class TY, class FiltersOf>
+gemm_filters<Compute> pack_rotated_filters(host_exec exec, const fprop_batch<TDY, TW, TY>& batch,
+                                           const conv::conv2d_geometry& geo, const tap_map& taps,
+                                           const FiltersOf& filters_of) {
+  constexpr int nr = host_gemm::tuning<Compute>::nr;
+  const conv::conv2d_geometry& forward = batch.geo;
+  const index_t count = batch.count();
+  if constexpr (std::is_same_v<TW, Compute>) {
+    if (geo.nhwc()) {
+      const index_t kg = forward.cg();  // the layer's output channels of a group: steps per tap
+      const index_t gn = forward.kg();  // its input channels of a group: columns
+      const index_t gk = forward.gemm_k();
+      const index_t strips = ceil_div(gn, nr);
+      const index_t packed_size = strips * nr * gk;
+      constexpr index_t filters_per_task = 32;
+      const index_t blocks = ceil_div(kg, filters_per_task);
+      gemm_filters<Compute> packed{uninitialised<Compute>(count * packed_size),
+                                   uninitialised<bool>(count)};
+      const auto block_finite = uninitialised<bool>(count * blocks);
+      host_parallel_for(exec, count * blocks, schedule::uniform, [&](index_t task) {
+        const index_t i = task / blocks, kl0 = (task % blocks) * filters_per_task;
+        const TW* const w = filters_of(i);
+        Compute* const out = packed.strips.get() + i * packed_size;
+        bool finite = true;
+        for (index_t kl = kl0; kl < std::min(kg, kl0 + filters_per_task); ++kl) {
+          // The next filter, while this one is copied; each strip's piece two filters on below.
+          if (kl + 1 < kg) {
+            const auto* const next = reinterpret_cast<const char*>(w + geo.w_offset(kl + 1, 0, 0, 0));
+            const index_t bytes = geo.gemm_k() * static_cast<index_t>(sizeof(TW));
+            for (index_t e = 0; e < bytes; e += 64) __builtin_prefetch(next + e, 0, 3);
+          }
+          for (index_t ir = 0; ir < forward.r; ++ir) {
+            for (index_t is = 0; is < forward.s; ++is) {
+              const TW* const src = w + geo.w_offset(kl, 0, taps.rows[ir], taps.cols[is]);
+              finite = finite && all_finite(src, gn);
+              const index_t step = (ir * forward.s + is) * kg + kl;
+              for (index_t j = 0; j < strips; ++j) {
+                Compute* const dst = out + (j * gk + step) * nr;
+                const auto* const ahead = reinterpret_cast<const char*>(dst + 2 * nr);
+                for (std::size_t e = 0; e < nr * sizeof(Compute); e += 64) {
+                  __builtin_prefetch(ahead + e, 1, 3);
+                }
+                const index_t cols = std::min<index_t>(nr, gn - j * nr);
+                copy_run(dst, src + j * nr, cols);
+                for (index_t c = cols; c < nr; ++c) dst[c] = Compute(0);
+              }
+            }
+          }
+        }
+        block_finite[task] = finite;
+      });
+      for (index_t i = 0; i < count; ++i) {
+        packed.finite[i] = std::all_of(block_finite.get() + i * blocks,
+                                       block_finite.get() + (i + 1) * blocks,
+                                       [](bool f) { return f; });
+      }
+      return packed;
+    }
+  }
+  return pack_gemm_filters<Compute>(exec, batch, [&](index_t i, index_t j0, index_t cols, Compute* out) {
+    pack_rotated_strip<Compute>(geo, forward, taps, filters_of(i), j0, cols, out);
+  });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -416,6 +475,7 @@ struct dgrad_phase {
   index_t a = 0, b = 0;       ///< residues of h and w
   index_t rows = 0, cols = 0;  ///< input rows and columns in the phase
   std::vector<index_t> taps;  ///< the taps r * S + s that reach it, in filter order
+  std::vector<index_t> tap_rows, tap_cols;  ///< their filter rows r and columns s, ascending
 };
 
 /// Every phase of a layer (stride_h * stride_w of them; one for stride 1).
@@ -430,12 +490,17 @@ inline std::vector<dgrad_phase> dgrad_phases(const conv::conv2d_geometry& geo) {
       ph.rows = a < geo.h ? ceil_div(geo.h - a, geo.stride_h) : 0;
       ph.cols = b < geo.w ? ceil_div(geo.w - b, geo.stride_w) : 0;
       for (index_t ir = 0; ir < geo.r; ++ir) {
-        for (index_t is = 0; is < geo.s; ++is) {
-          if (residue(a + geo.pad_h - ir * geo.dilation_h, geo.stride_h) == 0 &&
-              residue(b + geo.pad_w - is * geo.dilation_w, geo.stride_w) == 0) {
-            ph.taps.push_back(ir * geo.s + is);
-          }
+        if (residue(a + geo.pad_h - ir * geo.dilation_h, geo.stride_h) == 0) {
+          ph.tap_rows.push_back(ir);
         }
+      }
+      for (index_t is = 0; is < geo.s; ++is) {
+        if (residue(b + geo.pad_w - is * geo.dilation_w, geo.stride_w) == 0) {
+          ph.tap_cols.push_back(is);
+        }
+      }
+      for (const index_t ir : ph.tap_rows) {
+        for (const index_t is : ph.tap_cols) ph.taps.push_back(ir * geo.s + is);
       }
       phases.push_back(std::move(ph));
     }
@@ -574,6 +639,118 @@ struct dgrad_phase_batch {
             call->per_sample ? 1 : geo.n, phase};
   }
 };
+
+/// A stride phase of a strided layer as a stride-1 forward convolution of dy: its output is the
+/// phase's dx pixels (rows x cols, packed), its filters the layer's at the phase's taps with
+/// input and output channels swapped, turned around (forward tap (r, s) is the layer's tap
+/// (rows[r], cols[s])).
+struct phase_forward {
+  conv::conv2d_geometry geo;
+  std::vector<index_t> rows, cols;
+  tap_map taps() const { return {rows.data(), cols.data()}; }
+};
+
+/// The forward convolution of a phase, or empty where the phase has no taps or would need
+/// negative padding (dy rows beyond those the phase reaches). Along one axis: the phase's
+/// pixel u (input a + u * stride) takes tap r_j (ascending, j < m) from output row
+/// u + e_j, e_j = (a + pad - r_j * dilation) / stride. The taps lie stride / gcd apart, so the
+/// e_j fall by dilation / gcd from one to the next (gcd of dilation and stride): the forward
+/// filter is the taps in reverse, at that dilation, with leading padding -e_(m-1).
+inline std::optional<phase_forward> phase_as_fprop(const conv::conv2d_geometry& geo,
+                                                   const dgrad_phase& phase) {
+  if (phase.tap_rows.empty() || phase.tap_cols.empty() || phase.rows == 0 || phase.cols == 0 ||
+      geo.p == 0 || geo.q == 0) {
+    return std::nullopt;
+  }
+  struct axis {
+    index_t begin, end, dilation;
+  };
+  const auto along = [](const std::vector<index_t>& taps, index_t residue, index_t pad,
+                        index_t dilation, index_t stride, index_t outputs, index_t pixels) {
+    const auto m = static_cast<index_t>(taps.size());
+    const index_t last = (residue + pad - taps.back() * dilation) / stride;  // exact
+    const index_t step = m > 1 ? (taps[1] - taps[0]) * dilation / stride : 1;
+    const index_t begin = -last;
+    // Forward rows: outputs + begin + end - step * (m - 1), which must be the phase's pixels.
+    return axis{begin, pixels - outputs - begin + step * (m - 1), step};
+  };
+  const axis h = along(phase.tap_rows, phase.a, geo.pad_h, geo.dilation_h, geo.stride_h, geo.p,
+                       phase.rows);
+  const axis w = along(phase.tap_cols, phase.b, geo.pad_w, geo.dilation_w, geo.stride_w, geo.q,
+                       phase.cols);
+  if (h.begin < 0 || h.end < 0 || w.begin < 0 || w.end < 0) {
+    return std::nullopt;
+  }
+  const conv2d_params params = conv2d_params{}
+                                   .with_padding(h.begin, h.end, w.begin, w.end)
+                                   .with_dilation(h.dilation, w.dilation)
+                                   .with_groups(geo.groups);
+  phase_forward f{conv::make_geometry(geo.n, geo.k, geo.p, geo.q, geo.c,
+                                      static_cast<index_t>(phase.tap_rows.size()),
+                                      static_cast<index_t>(phase.tap_cols.size()), params,
+                                      geo.order),
+                  {phase.tap_rows.rbegin(), phase.tap_rows.rend()},
+                  {phase.tap_cols.rbegin(), phase.tap_cols.rend()}};
+  if (f.geo.p != phase.rows || f.geo.q != phase.cols) {
+    return std::nullopt;
+  }
+  return f;
+}
+
+/// One phase of a strided dgrad on the forward implicit GEMM (phase_as_fprop; taps_in_place
+/// layers), which reads dy in place where the phase GEMM gathers it element by element: into
+/// a scratch of the compute type, a pass of samples at a time (at most `scratch_bytes`, unless
+/// one sample is more), each block's pixels stored to dx through alpha, beta and the epilogue
+/// as soon as it is done.
+template <class Compute, class TDY, class TW, class TDX, class Epilogue>
+void phase_via_fprop(host_exec exec, const conv::dgrad_batch<TDY, TW, TDX>& batch,
+                     const dgrad_phase& phase, const phase_forward& forward, Compute alpha,
+                     Compute beta, const Epilogue& epilogue, index_t scratch_bytes) {
+  const conv::conv2d_geometry& geo = batch.geo;
+  const index_t plane = phase.rows * phase.cols;
+  const index_t sample_bytes = plane * geo.c * static_cast<index_t>(sizeof(Compute));
+  index_t pass = std::max<index_t>(1, scratch_bytes / sample_bytes);
+  if (pass >= blocking::sample_strip) {
+    pass -= pass % blocking::sample_strip;  // sample-minor strips stay whole
+  }
+  pass = std::min(pass, geo.n);
+  const auto scratch = uninitialised<Compute>(pass * plane * geo.c);
+  const tap_map taps = forward.taps();
+  const auto filters_of = [&](index_t sample, index_t group) {
+    return batch.w + (batch.per_sample ? sample * geo.filter_set_size() : 0) +
+           group * geo.kg() * geo.gemm_k();
+  };
+  std::optional<gemm_filters<Compute>> packed;  // shared filters: once for every pass
+  for (index_t first = 0; first < geo.n; first += pass) {
+    conv::conv2d_geometry fg = forward.geo;
+    fg.n = std::min(pass, geo.n - first);
+    const fprop_batch<TDY, TW, Compute> fb{fg, batch.dy + first * geo.pixels() * geo.k, batch.w,
+                                           scratch.get(), batch.per_sample};
+    const auto problem_filters = [&](index_t i) {
+      return filters_of(batch.per_sample ? first + i / geo.groups : 0, i % geo.groups);
+    };
+    // A block's rows to dx as soon as it is done, from the scratch while it is still in L1 and
+    // L2 (a pass over the whole scratch afterwards waited on dx's misses for an eighth of the
+    // time of ResNet-50's res3 stride-2 layer).
+    const auto to_dx = [&](const fprop_gemm<TDY, TW, Compute>& g, index_t i0, index_t rows,
+                           index_t j0, index_t cols, bool minor) {
+      const index_t channel = g.group * geo.cg() + j0;
+      for (index_t r = i0; r < i0 + rows; ++r) {
+        const index_t row = minor ? sample_minor_row(g, r) : r;
+        const index_t sample = first + g.first_sample + row / plane, pixel = row % plane;
+        const index_t u = pixel / phase.cols, v = pixel - u * phase.cols;
+        const index_t ih = phase.a + u * geo.stride_h, iw = phase.b + v * geo.stride_w;
+        host_gemm::store_contiguous(batch.dx + geo.x_offset(sample, channel, ih, iw), cols,
+                                    &g.c(row, j0), alpha, beta, epilogue, sample,
+                                    ih * geo.w + iw, channel);
+      }
+    };
+    if (batch.per_sample || !packed) {
+      packed = pack_rotated_filters<Compute>(exec, fb, geo, taps, problem_filters);
+    }
+    implicit_gemm(exec, fb, Compute(1), Compute(0), epilogue::identity{}, *packed, to_dx);
+  }
+}
 
 /// An operand the micro-kernel can read where it lies: A's element (row r, step p) at
 /// data[r * row + p * step], B's (step p, column c) at data[p * step + c]. Null: pack it.
@@ -1719,6 +1896,23 @@ void col2im_dgrad(host_exec exec, const conv::dgrad_batch<TDY, TW, TDX>& batch, 
   });
 }
 
+/// Backward data of a strided layer, one stride phase at a time: as a forward convolution where
+/// the forward path reads dy in place (phase_via_fprop, passes of at most `scratch_bytes`), else
+/// as the phase's own GEMM.
+template <class Compute, class TDY, class TW, class TDX, class Epilogue>
+void strided_dgrad(host_exec exec, const conv::dgrad_batch<TDY, TW, TDX>& batch, Compute alpha,
+                   Compute beta, const Epilogue& epilogue,
+                   index_t scratch_bytes = blocking::phase_scratch_bytes) {
+  for (const dgrad_phase& phase : dgrad_phases(batch.geo)) {
+    const std::optional<phase_forward> forward = phase_as_fprop(batch.geo, phase);
+    if (forward && taps_in_place<Compute, TDY>(forward->geo)) {
+      phase_via_fprop(exec, batch, phase, *forward, alpha, beta, epilogue, scratch_bytes);
+    } else {
+      run_mapped(exec, dgrad_phase_batch<TDY, TW, TDX>{&batch, &phase}, alpha, beta, epilogue);
+    }
+  }
+}
+
 /// Backward data on the best host path for the layer's shape: stride-1 layers as a forward
 /// convolution (dgrad_as_fprop) where they are depthwise or have more than 4 input channels
 /// per group, 1 x 1 plain layers excepted (their dgrad GEMM reads both operands in place);
@@ -1736,17 +1930,16 @@ void run_dgrad(host_exec exec, const conv::dgrad_batch<TDY, TW, TDX>& batch, Com
     depthwise_dgrad(exec, batch, alpha, beta, epilogue);
   } else if (forward && geo.cg() > 4 && !plain_matrices(geo)) {  // plain: read in place below
     const fprop_batch<TDY, TW, TDX> fb{*forward, batch.dy, batch.w, batch.dx, batch.per_sample};
+    phase_forward turned{*forward, std::vector<index_t>(geo.r), std::vector<index_t>(geo.s)};
+    for (index_t t = 0; t < geo.r; ++t) turned.rows[t] = geo.r - 1 - t;
+    for (index_t t = 0; t < geo.s; ++t) turned.cols[t] = geo.s - 1 - t;
     implicit_gemm(exec, fb, alpha, beta, epilogue,
-                  [&](index_t i, index_t j0, index_t cols, Compute* out) {
-                    pack_rotated_strip<Compute>(geo, *forward, fb.problem(i).w, j0, cols, out);
-                  });
+                  pack_rotated_filters<Compute>(exec, fb, geo, turned.taps(),
+                                                [&](index_t i) { return fb.problem(i).w; }));
   } else if (geo.cg() <= 4) {
     col2im_dgrad(exec, batch, alpha, beta, epilogue);
   } else if (geo.stride_h > 1 || geo.stride_w > 1) {
-    const std::vector<dgrad_phase> phases = dgrad_phases(geo);
-    for (const dgrad_phase& phase : phases) {
-      run_mapped(exec, dgrad_phase_batch<TDY, TW, TDX>{&batch, &phase}, alpha, beta, epilogue);
-    }
+    strided_dgrad(exec, batch, alpha, beta, epilogue);
   } else {
     run_mapped(exec, batch, alpha, beta, epilogue);
   }
