@@ -232,7 +232,7 @@ void pack_wgrad_b_nhwc(const conv::wgrad_gemm<TX, TDY, TDW>& g, index_t j0, inde
   const index_t cg = geo.cg();
   const bool rows_contiguous = geo.groups == 1 && geo.dilation_w == 1;
   struct x_run {
-    int first, count;
+    int first, count;  ///< where in a step of the packed block it goes (strip s0: s0 * kc + c)
     index_t row_off, col_off;  ///< the first tap's offsets from the output pixel's origin
     index_t channel;           ///< the first element's channel
     index_t taps;              ///< taps the run spans
@@ -244,51 +244,55 @@ void pack_wgrad_b_nhwc(const conv::wgrad_gemm<TX, TDY, TDW>& g, index_t j0, inde
       for (index_t t = 0; t < count; ++t) to[t] = convert<Compute>(from[t]);
     }
   };
-  for (index_t s0 = 0; s0 < cols; s0 += width, out += kc * width) {
+  // Every strip's runs, then one walk over the steps for all of them (a walk per strip had
+  // cost a bounds test and a pixel decode per strip and step).
+  x_run runs[blocking::nc];
+  int run_count = 0;
+  for (index_t s0 = 0; s0 < cols; s0 += width) {
     const int valid = static_cast<int>(std::min<index_t>(width, cols - s0));
-    x_run runs[blocking::nc];
-    int run_count = 0;
     for (int c = 0; c < valid;) {
       index_t ic, ir, is;
       geo.decode_filter_index(j0 + s0 + c, ic, ir, is);
       const index_t reach = rows_contiguous ? (geo.s - is) * cg - ic : cg - ic;
       const int count = static_cast<int>(std::min<index_t>(valid - c, reach));
-      runs[run_count++] = {c, count, ir * geo.dilation_h - geo.pad_h,
+      runs[run_count++] = {static_cast<int>(s0 * kc + c), count, ir * geo.dilation_h - geo.pad_h,
                            is * geo.dilation_w - geo.pad_w, g.group * cg + ic,
                            ceil_div(ic + count, cg)};
       c += count;
     }
-    output_pixel_walk at(geo, k0);
-    for (index_t kk = 0; kk < kc; ++kk, at.next()) {
-      Compute* const dst = out + kk * width;
-      const TX* const sample = g.x + geo.x_offset(g.first_sample + at.local, 0, 0, 0);
-      const index_t h0 = at.op * geo.stride_h, w0 = at.oq * geo.stride_w;
-      for (int u = 0; u < run_count; ++u) {
-        const x_run& run = runs[u];
-        const index_t ih = h0 + run.row_off, iw = w0 + run.col_off;
-        Compute* const to = dst + run.first;
-        if (ih < 0 || ih >= geo.h) {
-          std::fill(to, to + run.count, Compute(0));
-        } else if (iw >= 0 && iw + run.taps - 1 < geo.w) {
-          copy(to, sample + (ih * geo.w + iw) * geo.c + run.channel, run.count);
-        } else {
-          // Tap by tap (consecutive taps of a row here: the horizontal dilation is 1).
-          const index_t first_channel = run.channel - g.group * cg;
-          for (index_t e = 0; e < run.count;) {
-            const index_t t = (first_channel + e) / cg, channel = first_channel + e - t * cg;
-            const index_t piece = std::min<index_t>(cg - channel, run.count - e);
-            const index_t w = iw + t;
-            if (w >= 0 && w < geo.w) {
-              copy(to + e, sample + (ih * geo.w + w) * geo.c + g.group * cg + channel, piece);
-            } else {
-              std::fill(to + e, to + e + piece, Compute(0));
-            }
-            e += piece;
+  }
+  const index_t last = (ceil_div(cols, width) - 1) * width;  // the last strip's first column
+  const int last_valid = static_cast<int>(cols - last);
+  output_pixel_walk at(geo, k0);
+  for (index_t kk = 0; kk < kc; ++kk, at.next()) {
+    Compute* const dst = out + kk * width;
+    const TX* const sample = g.x + geo.x_offset(g.first_sample + at.local, 0, 0, 0);
+    const index_t h0 = at.op * geo.stride_h, w0 = at.oq * geo.stride_w;
+    for (int u = 0; u < run_count; ++u) {
+      const x_run& run = runs[u];
+      const index_t ih = h0 + run.row_off, iw = w0 + run.col_off;
+      Compute* const to = dst + run.first;
+      if (ih < 0 || ih >= geo.h) {
+        std::fill(to, to + run.count, Compute(0));
+      } else if (iw >= 0 && iw + run.taps - 1 < geo.w) {
+        copy(to, sample + (ih * geo.w + iw) * geo.c + run.channel, run.count);
+      } else {
+        // Tap by tap (consecutive taps of a row here: the horizontal dilation is 1).
+        const index_t first_channel = run.channel - g.group * cg;
+        for (index_t e = 0; e < run.count;) {
+          const index_t t = (first_channel + e) / cg, channel = first_channel + e - t * cg;
+          const index_t piece = std::min<index_t>(cg - channel, run.count - e);
+          const index_t w = iw + t;
+          if (w >= 0 && w < geo.w) {
+            copy(to + e, sample + (ih * geo.w + w) * geo.c + g.group * cg + channel, piece);
+          } else {
+            std::fill(to + e, to + e + piece, Compute(0));
           }
+          e += piece;
         }
       }
-      std::fill(dst + valid, dst + width, Compute(0));
     }
+    std::fill(dst + last * kc + last_valid, dst + last * kc + width, Compute(0));
   }
 }
 
