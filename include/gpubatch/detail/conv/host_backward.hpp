@@ -780,25 +780,6 @@ in_place<Compute> b_in_place(const Mapping&) {
   return {};
 }
 
-/// dgrad of a plain layer: A is dy (rows: pixels, K apart), B the filters (steps: output
-/// channels, C/g apart).
-template <class Compute, class TDY, class TW, class TDX>
-in_place<Compute> a_in_place(const conv::dgrad_gemm<TDY, TW, TDX>& g) {
-  if constexpr (std::is_same_v<TDY, Compute>) {
-    if (plain_matrices(g.geo)) {
-      return {g.dy + g.first_sample * g.geo.pixels() * g.geo.k + g.group * g.geo.kg(), g.geo.k, 1};
-    }
-  }
-  return {};
-}
-template <class Compute, class TDY, class TW, class TDX>
-in_place<Compute> b_in_place(const conv::dgrad_gemm<TDY, TW, TDX>& g) {
-  if constexpr (std::is_same_v<TW, Compute>) {
-    if (plain_matrices(g.geo)) return {g.w, 0, g.geo.gemm_k()};
-  }
-  return {};
-}
-
 /// wgrad of an NHWC layer: A is dy transposed (rows: output channels, steps: the call's
 /// pixels, consecutive across samples, K apart), whatever the filter; with a plain layer B is x
 /// (steps: pixels, C apart).
@@ -1941,9 +1922,10 @@ void strided_dgrad(host_exec exec, const conv::dgrad_batch<TDY, TW, TDX>& batch,
 
 /// Backward data on the best host path for the layer's shape: stride-1 layers as a forward
 /// convolution (dgrad_as_fprop) where they are depthwise or have more than 4 input channels
-/// per group, 1 x 1 plain layers excepted (their dgrad GEMM reads both operands in place);
-/// few input channels per group through col2im; strided layers one stride phase at a time.
-/// Every choice depends on the shape alone, never on the instruction set.
+/// per group (1 x 1 plain layers too: their dgrad GEMM, reading both operands in place but
+/// storing through a scratch tile, took 1.1x to 1.25x the time); few input channels per group
+/// through col2im; strided layers one stride phase at a time (strided_dgrad). Every choice
+/// depends on the shape alone, never on the instruction set.
 template <class Compute, class TDY, class TW, class TDX, class Epilogue>
 void run_dgrad(host_exec exec, const conv::dgrad_batch<TDY, TW, TDX>& batch, Compute alpha,
                Compute beta, const Epilogue& epilogue) {
@@ -1954,7 +1936,7 @@ void run_dgrad(host_exec exec, const conv::dgrad_batch<TDY, TW, TDX>& batch, Com
     depthwise(exec, fb, alpha, beta, epilogue, /*rotated=*/true);
   } else if (geo.cg() == 1) {
     depthwise_dgrad(exec, batch, alpha, beta, epilogue);
-  } else if (forward && geo.cg() > 4 && !plain_matrices(geo)) {  // plain: read in place below
+  } else if (forward && geo.cg() > 4) {
     const fprop_batch<TDY, TW, TDX> fb{*forward, batch.dy, batch.w, batch.dx, batch.per_sample};
     phase_forward turned{*forward, std::vector<index_t>(geo.r), std::vector<index_t>(geo.s)};
     for (index_t t = 0; t < geo.r; ++t) turned.rows[t] = geo.r - 1 - t;
