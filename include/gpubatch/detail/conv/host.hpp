@@ -65,8 +65,8 @@ struct blocking {
   static constexpr index_t packed_b_rows = 512;
   /// Output channels one task covers; its accumulators (mc x nc) are reused across chunks.
   static constexpr index_t nc = 256;
-  /// Scratch of one pass of a strided backward-data phase run forward (phase_via_fprop): read
-  /// back from the last-level cache, not from memory.
+  /// Scratch of one pass of a strided backward-data phase run forward (phase_via_fprop): what
+  /// a call holds beyond its tensors (each block is read back from it while still in L1 and L2).
   static constexpr index_t phase_scratch_bytes = index_t{8} << 20;
   /// Samples a sample-minor strip holds at most (the micro-tile's rows, MR <= 8): a pass of
   /// that many samples or a multiple keeps every strip whole.
