@@ -131,6 +131,20 @@ inline std::vector<double> reference_conv(const conv_case& cc, const std::vector
   return y;
 }
 
+/// Requires one sample's outputs from a batched call to equal the same sample's computed alone,
+/// element for element, or both to be NaN; returns how many are NaN alone.
+inline index_t require_same_as_alone(const float* batched, const std::vector<float>& alone,
+                                     index_t sample) {
+  index_t nans = 0;
+  for (std::size_t e = 0; e < alone.size(); ++e) {
+    const float got = batched[e], want = alone[e];
+    nans += std::isnan(want) ? 1 : 0;
+    INFO("sample " << sample << ", element " << e << ": " << got << " batched, " << want << " alone");
+    REQUIRE(((std::isnan(got) && std::isnan(want)) || got == want));
+  }
+  return nans;
+}
+
 /// Compares logical outputs; NaN (an unwritten, poisoned element) counts as infinitely wrong.
 inline void compare(const std::vector<double>& got, const std::vector<double>& expected,
                     double tolerance, const tensor4d_shape& shape) {
