@@ -154,13 +154,23 @@ struct strips {
   index_t b_run = 0;
 };
 
+/// Consecutive lines of memory to fetch into the cache, one per reduction step of a
+/// micro-kernel, for reading or (`write`) for writing.
+struct fetch_run {
+  const char* first = nullptr;
+  index_t lines = 0;
+  bool write = false;
+};
+
 /// out (MR x NR, row pitch out_ld) = scale * (A strip (MR x k) * B strip (k x NR) + in), where
 /// `in` (row pitch in_ld) holds the sums of earlier passes over the reduction, or is null on the
 /// first. With `Runs`, the reduction is s.runs runs of k steps (see strips), summed in registers:
-/// a convolution's filter rows, whose inputs lie an input row apart.
+/// a convolution's filter rows, whose inputs lie an input row apart. `fetch` (at most k lines)
+/// is fetched a line per reduction step, among the multiply-adds.
 template <class Compute, bool Runs = false>
 inline void micro_kernel_to(index_t k, strips<Compute> s, const Compute* in, index_t in_ld,
-                            Compute* out, index_t out_ld, Compute scale) {
+                            Compute* out, index_t out_ld, Compute scale,
+                            [[maybe_unused]] fetch_run fetch = {}) {
   constexpr int mr = tuning<Compute>::mr;
   [[maybe_unused]] constexpr int nr = tuning<Compute>::nr;  // the portable loop
   constexpr int lanes = tuning<Compute>::lanes;
@@ -193,6 +203,13 @@ inline void micro_kernel_to(index_t k, strips<Compute> s, const Compute* in, ind
       vec b1;
       std::memcpy(&b0, b, sizeof(vec));
       std::memcpy(&b1, b + lanes, sizeof(vec));
+      if (p < fetch.lines) {
+        if (fetch.write) {
+          __builtin_prefetch(fetch.first + p * 64, 1, 2);
+        } else {
+          __builtin_prefetch(fetch.first + p * 64, 0, 2);
+        }
+      }
       GPUBATCH_HOST_UNROLL(8)
       for (int i = 0; i < mr; ++i) {
         keep_in_register(b0);  // at every use: see keep_in_register
@@ -583,6 +600,18 @@ struct prefetch_stream {
   index_t lines() const {
     return ((end[0] - next[0]) + (end[1] - next[1]) + (end[2] - next[2])) / 64;
   }
+  /// Takes up to `count` of the next lines, all of one operand (A's before B's before C's), to
+  /// fetch as a fetch_run.
+  fetch_run take(index_t count) {
+    for (int r = 0; r < 3; ++r) {
+      if (next[r] < end[r]) {
+        fetch_run run{next[r], std::min<index_t>(count, (end[r] - next[r] + 63) / 64), r == 2};
+        next[r] += run.lines * 64;
+        return run;
+      }
+    }
+    return {};
+  }
   /// Fetches the next `count` lines, A's before B's before C's, if any are left.
   void step(index_t count) {
     for (int r = 0; r < 2; ++r) {
@@ -662,7 +691,9 @@ void compute_block(const gemm_instance<TA, TB, TC>& p, index_t i0, index_t rows,
   Compute* const tile =
       passes ? scratch<Compute>(static_cast<std::size_t>(a_strips * mr * tile_ld), 2) : acc;
   const index_t tiles = ceil_div(p.k, kc) * a_strips * b_strips;
-  const index_t lines_per_tile = ahead != nullptr ? ceil_div(ahead->lines(), tiles) : 0;
+  // Shared over two tiles fewer than there are: a tile that ends A's or B's lines takes fewer.
+  const index_t lines_per_tile =
+      ahead != nullptr ? ceil_div(ahead->lines(), std::max<index_t>(1, tiles - 2)) : 0;
   for (index_t k0 = 0; k0 < p.k; k0 += kc) {
     const index_t kcur = std::min(kc, p.k - k0);
     const bool last = k0 + kcur == p.k;
@@ -689,14 +720,18 @@ void compute_block(const gemm_instance<TA, TB, TC>& p, index_t i0, index_t rows,
           s.a_k = mr;
         }
         Compute* const sums = passes ? tile + si * mr * tile_ld + sj * nr : acc;
-        if (ahead != nullptr) ahead->step(lines_per_tile);
         if constexpr (plain_output) {
           if (last && straight_to_c && row0 + mr <= i0 + rows && valid_cols == nr) {
+            // The lines go one per reduction step, among the multiply-adds: fetched all at
+            // once before the tile, they had stalled it on the outstanding misses.
+            const fetch_run lines =
+                ahead != nullptr ? ahead->take(std::min(lines_per_tile, kcur)) : fetch_run{};
             micro_kernel_to(kcur, s, k0 > 0 ? sums : nullptr, tile_ld, &p.c(row0, col0),
-                            p.c.stride.row, alpha);
+                            p.c.stride.row, alpha, lines);
             continue;
           }
         }
+        if (ahead != nullptr) ahead->step(lines_per_tile);
         const index_t sums_ld = passes ? tile_ld : nr;
         micro_kernel(kcur, s, sums, sums_ld, k0 > 0);
         if (last) {
@@ -1324,8 +1359,9 @@ void run(host_exec exec, const Batch& batch, Compute alpha, Compute beta,
     // thread's hardware prefetchers on one stream; unequal ones (edge blocks) one at a time.
     const schedule kind = per_problem == 1 ? schedule::uniform : schedule::dynamic;
     // On a batch that streams from memory, a problem of one block fetches the next one's
-    // operands into L2 as it computes (n = 128 on a 2-core EPYC, paired against LIBXSMM: f32
-    // 1.22x to 1.25x its time, from 1.40x to 1.47x; f64 1.19x to 1.28x, from 1.26x to 1.33x).
+    // operands as it computes (n = 128 on a 2-core EPYC, paired against LIBXSMM: f32 1.22x to
+    // 1.25x its time, from 1.40x to 1.47x, with the lines fetched in bursts before each tile;
+    // 1.05x to 1.09x with a line per reduction step; f64 1.26x-1.33x, 1.19x-1.28x, 1.05x-1.07x).
     const bool fetch_next = per_problem == 1 && host_cache::streams(batch_bytes(batch));
     host_parallel_for(exec, batch.count * per_problem, kind, [&](index_t task) {
       const index_t b = task / per_problem;
