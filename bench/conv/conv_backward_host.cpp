@@ -8,6 +8,10 @@
 //       onednn           convolution_backward_data, weights reordered to its format untimed
 //       openblas_col2im  per sample and group: sgemm dcols (PQ x RSC/g) = dy_g * W_g, then
 //                        col2im scatter-adds dcols into dx
+//   conv2d_backward_data_f32_nhwc_packed_filters.host
+//       gpubatch         conv2d_backward_data(on_host) with gpubatch::packed_conv2d_filters
+//                        made for filter_passes::backward_data outside the timing
+//       onednn           as above
 //   conv2d_backward_filter_f32_nhwc.host  dw from x and dy, summed over the batch
 //       gpubatch         conv2d_backward_filter(on_host)
 //       onednn           convolution_backward_weights (the reorder of its result untimed)
@@ -30,12 +34,14 @@
 #include "support/harness.hpp"
 
 #include <gpubatch/conv_backward.hpp>
+#include <gpubatch/conv_filters.hpp>
 
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
 #include <cstddef>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -121,13 +127,24 @@ void time_host(benchmark::State& state, float* written, Run&& run) {
   }
 }
 
-/// One gpubatch call of the pass on d's inputs, writing `out` (sized by the caller: dx or dw).
-auto gpubatch_pass(const layer_data& d, pass which, float* out) {
-  return [&d, which, out] {
+/// One gpubatch call of the pass on d's inputs, writing `out` (sized by the caller: dx or dw);
+/// with `packed_filters`, backward data from filters prepared here, before any call is timed.
+auto gpubatch_pass(const layer_data& d, pass which, float* out, bool packed_filters = false) {
+  std::shared_ptr<const gpubatch::packed_conv2d_filters<float>> packed;
+  if (packed_filters) {
+    packed = std::make_shared<const gpubatch::packed_conv2d_filters<float>>(
+        gpubatch::on_host, d.layer.params, d.w_view(), gpubatch::filter_passes::backward_data);
+  }
+  return [&d, which, out, packed] {
     const auto& p = d.layer.params;
     if (which == pass::data) {
       const gpubatch::tensor4d_view<float> dx(out, d.xs.n, d.xs.c, d.xs.h, d.xs.w, nhwc);
-      gpubatch::conv2d_backward_data(gpubatch::on_host, p, 1.0F, d.dy_view(), d.w_view(), 0.0F, dx);
+      if (packed) {
+        gpubatch::conv2d_backward_data(gpubatch::on_host, p, 1.0F, d.dy_view(), *packed, 0.0F, dx);
+      } else {
+        gpubatch::conv2d_backward_data(gpubatch::on_host, p, 1.0F, d.dy_view(), d.w_view(), 0.0F,
+                                       dx);
+      }
     } else {
       const gpubatch::tensor4d_view<float> dw(out, d.ws.n, d.ws.c, d.ws.h, d.ws.w, nhwc);
       gpubatch::conv2d_backward_filter(gpubatch::on_host, p, 1.0F, d.x_view(), d.dy_view(), 0.0F, dw);
@@ -135,11 +152,11 @@ auto gpubatch_pass(const layer_data& d, pass which, float* out) {
   };
 }
 
-void backward_gpubatch(benchmark::State& state, pass which) {
+void backward_gpubatch(benchmark::State& state, pass which, bool packed_filters) {
   bench::run_host_benchmark(state, [&] {
     layer_data d(backward_layers()[static_cast<std::size_t>(state.range(0))], batch);
     d.out.resize(which == pass::data ? d.x.size() : d.w.size());
-    time_host(state, d.out.data(), gpubatch_pass(d, which, d.out.data()));
+    time_host(state, d.out.data(), gpubatch_pass(d, which, d.out.data(), packed_filters));
     finish(state, d);
   });
 }
@@ -272,7 +289,8 @@ struct onednn_layer {
   }
 };
 
-void backward_onednn(benchmark::State& state, pass which) {
+/// `packed_filters`: pairs oneDNN's call with gpubatch's from packed filters.
+void backward_onednn(benchmark::State& state, pass which, bool packed_filters) {
   bench::run_host_benchmark(state, [&] {
     layer_data d(backward_layers()[static_cast<std::size_t>(state.range(0))], batch);
     onednn_layer o(d);
@@ -323,7 +341,7 @@ void backward_onednn(benchmark::State& state, pass which) {
     // gpubatch's call as its benchmark times it, in pairs with oneDNN's (set_paired_ratio), into
     // an output of its own so that oneDNN's result stays as it left it.
     std::vector<float> gpubatch_out(d.out.size());
-    const auto gpubatch_call = gpubatch_pass(d, which, gpubatch_out.data());
+    const auto gpubatch_call = gpubatch_pass(d, which, gpubatch_out.data(), packed_filters);
     gpubatch_call();  // its scratch buffers, before the first pair
     bench::set_paired_ratio(state, gpubatch_call, run);
   });
@@ -404,19 +422,24 @@ void register_all() {
   const struct {
     const char* group;
     pass which;
-  } passes[] = {{"conv2d_backward_data_f32_nhwc.host", pass::data},
-                {"conv2d_backward_filter_f32_nhwc.host", pass::filter}};
+    bool packed_filters;
+  } passes[] = {{"conv2d_backward_data_f32_nhwc.host", pass::data, false},
+                {"conv2d_backward_data_f32_nhwc_packed_filters.host", pass::data, true},
+                {"conv2d_backward_filter_f32_nhwc.host", pass::filter, false}};
   for (const auto& g : passes) {
     const pass which = g.which;
+    const bool packed = g.packed_filters;
     add(g.group, bench::subject, backward_layers(),
-        [which](benchmark::State& s) { backward_gpubatch(s, which); });
+        [which, packed](benchmark::State& s) { backward_gpubatch(s, which, packed); });
 #if GPUBATCH_BENCH_ONEDNN
     add(g.group, "onednn", backward_layers(),
-        [which](benchmark::State& s) { backward_onednn(s, which); });
+        [which, packed](benchmark::State& s) { backward_onednn(s, which, packed); });
 #endif
 #if GPUBATCH_BENCH_OPENBLAS
-    add(g.group, which == pass::data ? "openblas_col2im" : "openblas_im2col", backward_layers(),
-        [which](benchmark::State& s) { backward_openblas(s, which); });
+    if (!packed) {
+      add(g.group, which == pass::data ? "openblas_col2im" : "openblas_im2col",
+          backward_layers(), [which](benchmark::State& s) { backward_openblas(s, which); });
+    }
 #endif
   }
   const std::string group = "conv2d_backward_filter_per_sample_f32_nhwc.host";

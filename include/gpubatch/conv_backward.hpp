@@ -117,7 +117,8 @@ template <class Policy, class Exec, class TDY, class TW, class TDX, class Epilog
 void backward_data(Exec exec, const conv2d_params& params, scalar_t<TDY> alpha,
                    const tensor4d_view<TDY>& dy, const tensor4d_view<TW>& w, scalar_t<TDY> beta,
                    const tensor4d_view<TDX>& dx, const Epilogue& epilogue,
-                   const conv2d_backward_options& options, bool per_sample) {
+                   const conv2d_backward_options& options, bool per_sample,
+                   const host_conv::gemm_filters<compute_type_t<TDY>>* turned = nullptr) {
   static_assert(is_execution_v<Exec>, "gpubatch::conv2d_backward_data: the first argument must "
                                       "be an execution argument (gpubatch::on_host or "
                                       "gpubatch::on(stream))");
@@ -146,8 +147,9 @@ void backward_data(Exec exec, const conv2d_params& params, scalar_t<TDY> alpha,
 #if GPUBATCH_CUDA_COMPILER
     cuda_conv::dispatch_backward<Policy>(exec.stream(), batch, alpha, beta, epilogue, options);
 #endif
+    (void)turned;  // the CUDA kernels read the filters where they lie
   } else {
-    host_conv::run_dgrad(exec, batch, alpha, beta, epilogue);
+    host_conv::run_dgrad(exec, batch, alpha, beta, epilogue, turned);
   }
 }
 

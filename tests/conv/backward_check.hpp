@@ -139,6 +139,14 @@ std::vector<double> check_dgrad(const conv_case& cc, tensor_layout order, filter
   if (form == filter_form::shared) {
     conv2d_backward_data(exec, cc.params, static_cast<compute>(alpha), vdy, vw,
                          static_cast<compute>(beta), vdx, epilogue::identity{}, options);
+  } else if (form == filter_form::packed) {
+    // Prepared for both passes; then the original filters are overwritten: the object must
+    // compute from its snapshot.
+    const packed_conv2d_filters<T> packed(exec, cc.params, vw,
+                                          filter_passes::forward_and_backward_data);
+    Backend::from_host(d_w.data(), random_inputs<T>(w.size(), seed + 3));
+    conv2d_backward_data(exec, cc.params, static_cast<compute>(alpha), vdy, packed,
+                         static_cast<compute>(beta), vdx, epilogue::identity{}, options);
   } else {
     conv2d_backward_data_per_sample(exec, cc.params, static_cast<compute>(alpha), vdy, vw,
                                     static_cast<compute>(beta), vdx, epilogue::identity{},

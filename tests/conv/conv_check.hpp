@@ -50,10 +50,14 @@ inline std::string describe(const conv_case& cc) {
          std::to_string(p.groups);
 }
 
-enum class filter_form { shared, per_sample };
+/// Filters of one set for every sample, one set per sample, or one set prepared once by
+/// packed_conv2d_filters.
+enum class filter_form { shared, per_sample, packed };
 
 inline const char* to_string(filter_form f) {
-  return f == filter_form::shared ? "shared filters" : "per-sample filters";
+  return f == filter_form::shared       ? "shared filters"
+         : f == filter_form::per_sample ? "per-sample filters"
+                                        : "packed filters";
 }
 
 /// Offset of logical element (n, c, h, w) of a packed tensor of `shape` stored in `order`.

@@ -7,6 +7,7 @@
 #include "../support/require_invalid.hpp"
 
 #include <cmath>
+#include <cstdint>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -138,6 +139,12 @@ TEST_CASE("packed_conv2d_filters rejects bad filters and calls that do not match
   require_invalid("w", "multiple of groups", [&] {
     gpubatch::packed_conv2d_filters<float>(host, groups2, t.vw(3, 2, 3, 3));
   });
+  const std::vector<std::int8_t> w8(4 * 2 * 3 * 3, 1);
+  const tensor4d_view<const std::int8_t> vw8(w8.data(), 4, 2, 3, 3, tensor_layout::nchw);
+  require_invalid("passes", "int8", [&] {
+    gpubatch::packed_conv2d_filters<std::int8_t>(host, groups2, vw8,
+                                                 gpubatch::filter_passes::forward_and_backward_data);
+  });
   const tensor4d_view<const float> w_dev(t.w.data(), 4, 2, 3, 3, tensor_layout::nchw,
                                          gpubatch::memory_space::device);
   require_invalid("w", [&] { gpubatch::packed_conv2d_filters<float>(host, groups2, w_dev); });
@@ -162,6 +169,27 @@ TEST_CASE("packed_conv2d_filters rejects bad filters and calls that do not match
   CHECK(nhwc.y_untouched());
   gpubatch::conv2d(host, groups2, 1.0F, x, packed, 0.0F, t.vy(1, 4, 4, 4));
   CHECK(t.y[0] == 18.0F);  // every filter sums 2 x 3 x 3 products of ones
+}
+
+TEST_CASE("conv2d_backward_data rejects packed filters that do not match the call", "[conv][validation]") {
+  tensors t;
+  const auto host = gpubatch::on_host;
+  const auto groups2 = conv2d_params{}.with_groups(2);
+  // 4 filters of 8 x 3 x 3 for 2 groups: 16 input channels, 8 per group (the host's packed
+  // backward-data path); dy 1 x 4 x 4 x 4 into dx 1 x 16 x 6 x 6.
+  const gpubatch::packed_conv2d_filters<float> packed(host, groups2, t.vw(4, 8, 3, 3),
+                                                      gpubatch::filter_passes::backward_data);
+  const auto dy = t.vx(1, 4, 4, 4);
+  require_invalid("w", "groups = 2", [&] {
+    gpubatch::conv2d_backward_data(host, conv2d_params{}.with_groups(4), 1.0F, t.vx(1, 8, 4, 4), packed, 0.0F, t.vy(1, 32, 6, 6));
+  });
+  require_invalid("dy", [&] { gpubatch::conv2d_backward_data(host, groups2, 1.0F, dy, packed, 0.0F, t.vy(1, 16, 7, 7)); });
+  CHECK(t.y_untouched());
+  gpubatch::conv2d_backward_data(host, groups2, 1.0F, dy, packed, 0.0F, t.vy(1, 16, 6, 6));
+  // dx at a corner takes one tap of each of a group's 2 filters: 2 products of ones; at the
+  // centre of the 6 x 6 plane, 9 taps of each.
+  CHECK(t.y[0] == 2.0F);
+  CHECK(t.y[2 * 6 + 2] == 18.0F);
 }
 
 TEST_CASE("conv2d with N, K or C = 0 touches nothing; beta = 0 never reads y", "[conv][validation]") {

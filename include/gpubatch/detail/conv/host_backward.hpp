@@ -1920,15 +1920,54 @@ void strided_dgrad(host_exec exec, const conv::dgrad_batch<TDY, TW, TDX>& batch,
   }
 }
 
+/// The filters of a stride-1 layer `geo` turned 180 degrees, packed for its forward
+/// convolution `fb` (dgrad_as_fprop): every tap of the layer, in reverse.
+template <class Compute, class TDY, class TW, class TY>
+gemm_filters<Compute> pack_turned_filters(host_exec exec, const fprop_batch<TDY, TW, TY>& fb,
+                                          const conv::conv2d_geometry& geo) {
+  std::vector<index_t> rows(static_cast<std::size_t>(geo.r)), cols(static_cast<std::size_t>(geo.s));
+  for (index_t t = 0; t < geo.r; ++t) rows[static_cast<std::size_t>(t)] = geo.r - 1 - t;
+  for (index_t t = 0; t < geo.s; ++t) cols[static_cast<std::size_t>(t)] = geo.s - 1 - t;
+  return pack_rotated_filters<Compute>(exec, fb, geo, tap_map{rows.data(), cols.data()},
+                                       [&](index_t i) { return fb.problem(i).w; });
+}
+
+/// Whether run_dgrad runs a layer as one forward convolution of dy with the filters turned
+/// (pack_turned_filters): stride 1, and more than 4 input channels per group.
+inline bool dgrad_takes_turned_filters(const conv::conv2d_geometry& geo) {
+  return geo.cg() > 4 && dgrad_as_fprop(geo).has_value();
+}
+
+/// A layer's shared filters (K x C/groups x R x S in `order`) packed as run_dgrad packs them
+/// for its stride-1 layers of more than 4 input channels per group, whatever their extents,
+/// padding or dilation (packing reads K, C, R, S, the groups and the layout alone); nothing
+/// for layers with fewer channels, which take other paths.
+template <class Compute, class TW>
+std::optional<gemm_filters<Compute>> pack_dgrad_filters(host_exec exec, index_t k, index_t c,
+                                                        index_t r, index_t s, index_t groups,
+                                                        tensor_layout order, const TW* w) {
+  // A layer of one pixel per filter tap: stride 1, no padding.
+  const conv::conv2d_geometry geo =
+      conv::make_geometry(1, c * groups, r, s, k, r, s, conv2d_params{}.with_groups(groups), order);
+  if (!dgrad_takes_turned_filters(geo)) {
+    return std::nullopt;
+  }
+  const fprop_batch<TW, TW, TW> fb{*dgrad_as_fprop(geo), nullptr, w, nullptr, false};
+  return pack_turned_filters<Compute>(exec, fb, geo);
+}
+
 /// Backward data on the best host path for the layer's shape: stride-1 layers as a forward
 /// convolution (dgrad_as_fprop) where they are depthwise or have more than 4 input channels
 /// per group (1 x 1 plain layers too: their dgrad GEMM, reading both operands in place but
 /// storing through a scratch tile, took 1.1x to 1.25x the time); few input channels per group
 /// through col2im; strided layers one stride phase at a time (strided_dgrad). Every choice
 /// depends on the shape alone, never on the instruction set.
+/// `turned` (shared filters only): what pack_dgrad_filters packed from the batch's filters,
+/// used where the layer takes them instead of packing them again.
 template <class Compute, class TDY, class TW, class TDX, class Epilogue>
 void run_dgrad(host_exec exec, const conv::dgrad_batch<TDY, TW, TDX>& batch, Compute alpha,
-               Compute beta, const Epilogue& epilogue) {
+               Compute beta, const Epilogue& epilogue,
+               const gemm_filters<Compute>* turned = nullptr) {
   const conv::conv2d_geometry& geo = batch.geo;
   const std::optional<conv::conv2d_geometry> forward = dgrad_as_fprop(geo);
   if (forward && geo.cg() == 1 && geo.kg() == 1) {
@@ -1936,14 +1975,13 @@ void run_dgrad(host_exec exec, const conv::dgrad_batch<TDY, TW, TDX>& batch, Com
     depthwise(exec, fb, alpha, beta, epilogue, /*rotated=*/true);
   } else if (geo.cg() == 1) {
     depthwise_dgrad(exec, batch, alpha, beta, epilogue);
-  } else if (forward && geo.cg() > 4) {
+  } else if (forward && geo.cg() > 4) {  // dgrad_takes_turned_filters
     const fprop_batch<TDY, TW, TDX> fb{*forward, batch.dy, batch.w, batch.dx, batch.per_sample};
-    phase_forward turned{*forward, std::vector<index_t>(geo.r), std::vector<index_t>(geo.s)};
-    for (index_t t = 0; t < geo.r; ++t) turned.rows[t] = geo.r - 1 - t;
-    for (index_t t = 0; t < geo.s; ++t) turned.cols[t] = geo.s - 1 - t;
-    implicit_gemm(exec, fb, alpha, beta, epilogue,
-                  pack_rotated_filters<Compute>(exec, fb, geo, turned.taps(),
-                                                [&](index_t i) { return fb.problem(i).w; }));
+    if (turned != nullptr && !batch.per_sample) {
+      implicit_gemm(exec, fb, alpha, beta, epilogue, *turned);
+    } else {
+      implicit_gemm(exec, fb, alpha, beta, epilogue, pack_turned_filters<Compute>(exec, fb, geo));
+    }
   } else if (geo.cg() <= 4) {
     col2im_dgrad(exec, batch, alpha, beta, epilogue);
   } else if (geo.stride_h > 1 || geo.stride_w > 1) {
