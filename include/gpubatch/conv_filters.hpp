@@ -78,7 +78,7 @@ class packed_conv2d_filters {
   /// @brief Copies and prepares filters `w` (K x C/groups x R x S, KCRS or KRSC) for the
   /// convolutions of `params.groups` groups that `exec`'s backend will run.
   /// @param exec gpubatch::on_host or gpubatch::on(stream): the backend that will use them
-  /// @param params only `groups` matters here; every conv2d given the object must have the same
+  /// @param params only `groups` matters here; every call given the object must have the same
   /// @param w the filters, in memory `exec`'s backend can access
   /// @param passes the passes to prepare them for; any pass may use the object, a pass not
   ///        prepared for packs the filters on each call as with a plain filter view
