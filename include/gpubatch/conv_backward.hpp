@@ -20,7 +20,8 @@
 /// output, except where a workspace is asked for. The host runs them on its GEMM micro-kernel
 /// (OpenMP over output blocks; depthwise layers and few-channel backward data on direct loops
 /// and GEMM + col2im); CUDA on its SIMT implicit-GEMM kernel (tensor cores are not used by the
-/// backward passes yet), splitting long reductions through the workspace, and depthwise layers
+/// backward passes yet), splitting long reductions through the workspace, strided backward
+/// data one stride phase at a time (over the taps that reach each phase), and depthwise layers
 /// (and backward data with at most 4 input channels per group, such as a stem's 3) on their
 /// own kernels.
 /// Every pass is deterministic run to run on both backends; see conv2d_backward_options for

@@ -112,10 +112,13 @@ inline std::uint64_t seed_of(const conv_case& cc) {
 }
 
 /// Backward data of one case on Backend; returns dx in logical order.
+/// With `query_workspace`, the call gets the workspace conv2d_backward_data_workspace_size
+/// reports for `options`.
 template <class Backend, class T, class TG>
 std::vector<double> check_dgrad(const conv_case& cc, tensor_layout order, filter_form form,
                                 double alpha = 1.0, double beta = 0.0,
-                                const conv2d_backward_options& options = {}) {
+                                conv2d_backward_options options = {},
+                                bool query_workspace = false) {
   INFO("dgrad " << describe(cc) << ", " << gpubatch::to_string(order) << ", " << to_string(form)
                 << ", alpha " << alpha << ", beta " << beta << ", " << Backend::name);
   using compute = compute_type_t<T>;
@@ -136,6 +139,13 @@ std::vector<double> check_dgrad(const conv_case& cc, tensor_layout order, filter
   const tensor4d_view<const T> vdy(d_dy.data(), ys.n, ys.c, ys.h, ys.w, order, Backend::space);
   const tensor4d_view<const T> vw(d_w.data(), ws.n, ws.c, ws.h, ws.w, order, Backend::space);
   const tensor4d_view<TG> vdx(d_dx.data(), xs.n, xs.c, xs.h, xs.w, order, Backend::space);
+  device_buffer<std::byte> workspace(0, exec);
+  if (query_workspace) {
+    const std::size_t bytes = conv2d_backward_data_workspace_size(exec, cc.params, vdy, vw, vdx, options);
+    workspace = device_buffer<std::byte>(bytes, exec);
+    options.workspace = bytes > 0 ? workspace.data() : nullptr;
+    options.workspace_bytes = bytes;
+  }
   if (form == filter_form::shared) {
     conv2d_backward_data(exec, cc.params, static_cast<compute>(alpha), vdy, vw,
                          static_cast<compute>(beta), vdx, epilogue::identity{}, options);
@@ -333,6 +343,9 @@ inline std::vector<conv_case> backward_layers() {
        pad(2, 2).with_stride(2, 2).with_dilation(2, 2)},
       {"3x2 stride 2, bottom padding 2, 7 -> 20", 3, 7, 8, 9, 20, 3, 2,
        conv2d_params{}.with_padding(1, 2, 0, 1).with_stride(2, 2)},
+      // A strided 1 x 1 layer (a bottleneck's projection): three of its four stride phases meet
+      // no tap, so their dx is beta * dx alone.
+      {"1x1 stride 2, 16 -> 24", 2, 16, 7, 8, 24, 1, 1, conv2d_params{}.with_stride(2, 2)},
   };
 }
 

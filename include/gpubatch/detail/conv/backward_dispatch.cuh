@@ -2,8 +2,9 @@
 /// @brief CUDA dispatch of the convolution backward passes: backward data and backward filter
 /// as implicit GEMMs on the SIMT kernel (with the GEMM's SIMT policy for the accumulate type,
 /// or a forced one), their reduction split across blocks through the caller's workspace (by
-/// device size, or in the fixed chunks of a deterministic pass); the bias gradient and
-/// per-sample norms on their own kernels. Included only by nvcc translation units.
+/// device size, or in the fixed chunks of a deterministic pass), strided backward data one
+/// stride phase at a time; the bias gradient and per-sample norms on their own kernels.
+/// Included only by nvcc translation units.
 #pragma once
 
 #include <gpubatch/conv_problem.hpp>
@@ -104,6 +105,43 @@ std::size_t backward_workspace_bytes(const Batch& batch) {
   return bytes;
 }
 
+/// Whether backward data runs one stride phase at a time (conv::phase_dgrad_batch): a strided
+/// layer, except in a deterministic pass, whose documented order is the plain GEMM's.
+inline bool dgrad_by_phase(const conv::conv2d_geometry& geo, const conv2d_backward_options& options) {
+  return (geo.stride_h > 1 || geo.stride_w > 1) && !options.deterministic;
+}
+
+/// Calls f(phase) for every stride phase of a layer with pixels (see conv::stride_phase).
+template <class F>
+void for_each_stride_phase(const conv::conv2d_geometry& geo, F&& f) {
+  for (index_t a = 0; a < geo.stride_h; ++a) {
+    for (index_t b = 0; b < geo.stride_w; ++b) {
+      const conv::stride_phase phase = conv::make_stride_phase(geo, a, b);
+      if (phase.pixels() > 0) {
+        f(phase);
+      }
+    }
+  }
+}
+
+/// Workspace bytes backward data would use on this device without `deterministic`: the most
+/// any of its launches splits with (the phases of a strided layer run one after another on the
+/// stream, each reusing the workspace).
+template <class Policy, class Compute, class TDY, class TW, class TDX>
+std::size_t backward_workspace_bytes(const conv::dgrad_batch<TDY, TW, TDX>& batch) {
+  if (!dgrad_by_phase(batch.geo, conv2d_backward_options{})) {
+    return backward_workspace_bytes<Policy, Compute, conv::dgrad_batch<TDY, TW, TDX>>(batch);
+  }
+  std::size_t bytes = 0;
+  for_each_stride_phase(batch.geo, [&](const conv::stride_phase& phase) {
+    if (phase.taps() > 0) {
+      const conv::phase_dgrad_batch<TDY, TW, TDX> part(batch, phase);
+      bytes = std::max(bytes, backward_workspace_bytes<Policy, Compute>(part));
+    }
+  });
+  return bytes;
+}
+
 /// Filter taps the depthwise filter-gradient kernel keeps in registers (7 x 7); larger depthwise
 /// filters take the implicit GEMM.
 inline constexpr int depthwise_max_taps = 49;
@@ -172,6 +210,20 @@ bool launch_depthwise_backward(cudaStream_t stream, const conv::wgrad_batch<TX, 
   return true;
 }
 
+/// A backward implicit GEMM batch on the SIMT kernel (dgrad_batch, phase_dgrad_batch or
+/// wgrad_batch), its reduction split as backward_split says.
+template <class Policy, class Batch, class Compute, class Epilogue>
+void launch_backward_gemm(cudaStream_t stream, const Batch& batch, Compute alpha, Compute beta,
+                          const Epilogue& epilogue, const conv2d_backward_options& options) {
+  const index_t m = batch.gemm_m(), n = batch.gemm_n(), k = batch.gemm_k();
+  with_backward_policy<Policy, Compute>(cuda_gemm::code_arch(), classify_conv2d(m, n, k),
+                                        [&](auto tag) {
+    using P = typename decltype(tag)::type;
+    launch_implicit<P>(stream, batch, m, n, backward_split<P, Compute>(batch, options), alpha,
+                       beta, epilogue);
+  });
+}
+
 /// Backward data or backward filter (a dgrad_batch or wgrad_batch).
 template <class Policy, class Batch, class Compute, class Epilogue>
 void dispatch_backward(cudaStream_t stream, const Batch& batch, Compute alpha, Compute beta,
@@ -179,12 +231,31 @@ void dispatch_backward(cudaStream_t stream, const Batch& batch, Compute alpha, C
   if (launch_depthwise_backward<Policy>(stream, batch, alpha, beta, epilogue, options)) {
     return;
   }
-  const index_t m = batch.gemm_m(), n = batch.gemm_n(), k = batch.gemm_k();
-  with_backward_policy<Policy, Compute>(cuda_gemm::code_arch(), classify_conv2d(m, n, k),
-                                        [&](auto tag) {
-    using P = typename decltype(tag)::type;
-    launch_implicit<P>(stream, batch, m, n, backward_split<P, Compute>(batch, options), alpha,
-                       beta, epilogue);
+  launch_backward_gemm<Policy>(stream, batch, alpha, beta, epilogue, options);
+}
+
+/// Backward data: a strided layer one stride phase at a time (dgrad_by_phase), each phase's
+/// GEMM over the taps that reach it alone; a phase no tap reaches stores beta * dx through the
+/// epilogue.
+template <class Policy, class TDY, class TW, class TDX, class Compute, class Epilogue>
+void dispatch_backward(cudaStream_t stream, const conv::dgrad_batch<TDY, TW, TDX>& batch,
+                       Compute alpha, Compute beta, const Epilogue& epilogue,
+                       const conv2d_backward_options& options) {
+  if (launch_depthwise_backward<Policy>(stream, batch, alpha, beta, epilogue, options)) {
+    return;
+  }
+  if (!dgrad_by_phase(batch.geo, options)) {
+    launch_backward_gemm<Policy>(stream, batch, alpha, beta, epilogue, options);
+    return;
+  }
+  for_each_stride_phase(batch.geo, [&](const conv::stride_phase& phase) {
+    const conv::phase_dgrad_batch<TDY, TW, TDX> part(batch, phase);
+    if (phase.taps() == 0) {
+      launch_split_reduce(stream, part, split_k<Compute>{0, 0, nullptr, part.count()},
+                          part.gemm_m(), part.gemm_n(), alpha, beta, epilogue);
+    } else {
+      launch_backward_gemm<Policy>(stream, part, alpha, beta, epilogue, options);
+    }
   });
 }
 

@@ -214,6 +214,215 @@ struct dgrad_batch {
 };
 
 // ---------------------------------------------------------------------------------------------
+// Backward data of a strided layer, one stride phase at a time.
+
+/// One stride phase of backward data: the input pixels (h, w) with h = a (mod stride_h) and
+/// w = b (mod stride_w). A filter tap reaches either every pixel of a phase (through whole
+/// output pixels) or none, and the taps that do form a grid: filter rows r0 + i * r_step for
+/// i < r_taps, columns s0 + j * s_step for j < s_taps, the step stride / gcd(stride, dilation).
+/// The plain dgrad GEMM runs every tap for every pixel and multiplies zeros for those between
+/// strides (3/4 of a 3 x 3 stride-2 layer's products, 3/4 of a 1 x 1 stride-2 layer's).
+/// Along h, the phase's pixel row u (h = a + u * stride_h) meets tap row i at output row
+/// u + e_h - i * de_h, so the gather divides by nothing; likewise along w.
+struct stride_phase {
+  index_t a = 0, b = 0;        ///< residues of h and w
+  index_t rows = 0, cols = 0;  ///< the phase's input rows and columns
+  index_t r0 = 0, r_step = 1, r_taps = 0;
+  index_t s0 = 0, s_step = 1, s_taps = 0;
+  index_t e_h = 0, de_h = 0, e_w = 0, de_w = 0;
+
+  GPUBATCH_HOST_DEVICE index_t taps() const { return r_taps * s_taps; }
+  GPUBATCH_HOST_DEVICE index_t pixels() const { return rows * cols; }
+};
+
+/// The taps of one axis reaching the inputs of residue `residue`: first, step, count, and the
+/// output offset e and its fall de per tap (see stride_phase).
+struct phase_axis {
+  index_t first = 0, step = 1, taps = 0, e = 0, de = 0;
+};
+
+inline phase_axis make_phase_axis(index_t residue, index_t pad, index_t dilation, index_t stride,
+                                  index_t filter) {
+  index_t g = stride, d = dilation;  // gcd(stride, dilation)
+  while (d != 0) {
+    const index_t t = g % d;
+    g = d;
+    d = t;
+  }
+  phase_axis axis;
+  axis.step = stride / g;
+  for (index_t r = 0; r < axis.step && r < filter; ++r) {
+    const index_t reach = residue + pad - r * dilation;
+    if (reach % stride == 0) {
+      axis.first = r;
+      axis.taps = (filter - r + axis.step - 1) / axis.step;
+      axis.e = reach / stride;
+      axis.de = dilation / g;
+      break;
+    }
+  }
+  return axis;
+}
+
+/// Phase (a, b) of a layer: 0 <= a < stride_h, 0 <= b < stride_w.
+inline stride_phase make_stride_phase(const conv2d_geometry& geo, index_t a, index_t b) {
+  stride_phase ph;
+  ph.a = a;
+  ph.b = b;
+  ph.rows = a < geo.h ? (geo.h - a + geo.stride_h - 1) / geo.stride_h : 0;
+  ph.cols = b < geo.w ? (geo.w - b + geo.stride_w - 1) / geo.stride_w : 0;
+  const phase_axis h = make_phase_axis(a, geo.pad_h, geo.dilation_h, geo.stride_h, geo.r);
+  const phase_axis w = make_phase_axis(b, geo.pad_w, geo.dilation_w, geo.stride_w, geo.s);
+  ph.r0 = h.first, ph.r_step = h.step, ph.r_taps = h.taps, ph.e_h = h.e, ph.de_h = h.de;
+  ph.s0 = w.first, ph.s_step = w.step, ph.s_taps = w.taps, ph.e_w = w.e, ph.de_w = w.de;
+  return ph;
+}
+
+/// dgrad of one stride phase of one group over samples [first_sample, first_sample + samples):
+///   dx-phase (M x N) = dy-gather (M x K) * filters (K x N),  M = samples * the phase's pixels,
+///                                                           N = C / groups,
+///                                                           K = K_out / groups * its taps,
+/// row i a pixel of the phase, reduction index kk a (phase tap, output channel) pair ordered
+/// like the filter memory (NHWC: tap-major, channel innermost; NCHW: channel-major).
+template <class TDY, class TW, class TDX>
+struct phase_dgrad_gemm {
+  conv2d_geometry geo;
+  const TDY* dy;  ///< dy of sample 0 of the call
+  const TW* w;    ///< this group's filters: filter j of the group at w + j * gemm_k
+  TDX* dx;        ///< dx of sample 0 of the call
+  index_t group;
+  index_t first_sample;
+  index_t samples;
+  stride_phase phase;
+  index_divider tap_outer;  ///< kk / (K/g) (NHWC) or kk / taps (NCHW)
+  index_divider tap_cols;   ///< phase tap / s_taps
+  index_divider plane;      ///< by the phase's pixels
+  index_divider width;      ///< by its columns
+
+  GPUBATCH_HOST_DEVICE index_t m() const { return samples * phase.pixels(); }
+  GPUBATCH_HOST_DEVICE index_t n() const { return geo.cg(); }
+  GPUBATCH_HOST_DEVICE index_t k() const { return geo.kg() * phase.taps(); }
+  GPUBATCH_HOST_DEVICE bool a_k_contiguous() const { return geo.nhwc(); }
+  GPUBATCH_HOST_DEVICE bool b_k_contiguous() const { return !geo.nhwc(); }
+
+  /// Output channel (within the group) and the tap's row and column in the phase's grid.
+  GPUBATCH_HOST_DEVICE void decode(index_t kk, index_t& kl, index_t& tr, index_t& tc) const {
+    const index_t outer = tap_outer.quotient(kk);
+    const index_t inner = kk - outer * tap_outer.divisor;
+    const index_t t = geo.nhwc() ? outer : inner;
+    kl = geo.nhwc() ? inner : outer;
+    tr = tap_cols.quotient(t);
+    tc = t - tr * phase.s_taps;
+  }
+
+  /// Sample (within the call) and input position of row i.
+  GPUBATCH_HOST_DEVICE void locate(index_t i, index_t& local, index_t& ih, index_t& iw) const {
+    local = plane.quotient(i);
+    const index_t rest = i - local * plane.divisor;
+    const index_t u = width.quotient(rest);
+    ih = phase.a + u * geo.stride_h;
+    iw = phase.b + (rest - u * phase.cols) * geo.stride_w;
+  }
+
+  /// A row resolved once: its sample's dy for this group, and the output pixel (oh, ow) that
+  /// the phase's first tap meets (each further tap row one de_h up, column de_w left).
+  struct row_cursor {
+    const TDY* base;  ///< dy(sample, group * K/g, pixel 0); null for rows past m()
+    index_t oh, ow;
+  };
+
+  GPUBATCH_HOST_DEVICE row_cursor row(index_t i) const {
+    if (i >= m()) {
+      return {nullptr, 0, 0};
+    }
+    const index_t local = plane.quotient(i);
+    const index_t rest = i - local * plane.divisor;
+    const index_t u = width.quotient(rest);
+    return {dy + geo.y_offset(first_sample + local, group * geo.kg(), 0), u + phase.e_h,
+            rest - u * phase.cols + phase.e_w};
+  }
+
+  /// dy element feeding (row, kk), or null where the tap lands beyond the output.
+  GPUBATCH_HOST_DEVICE const TDY* a(const row_cursor& cur, index_t kk) const {
+    if (cur.base == nullptr) {
+      return nullptr;
+    }
+    index_t kl, tr, tc;
+    decode(kk, kl, tr, tc);
+    const index_t op = cur.oh - tr * phase.de_h, oq = cur.ow - tc * phase.de_w;
+    if (op < 0 || op >= geo.p || oq < 0 || oq >= geo.q) {
+      return nullptr;
+    }
+    const index_t pixel = op * geo.q + oq;
+    return cur.base + (geo.nhwc() ? pixel * geo.k + kl : kl * geo.pixels() + pixel);
+  }
+
+  /// Element (kk, j) of B: filter kl's weight for input channel j at the phase tap of kk.
+  GPUBATCH_HOST_DEVICE const TW* b(index_t kk, index_t j) const {
+    index_t kl, tr, tc;
+    decode(kk, kl, tr, tc);
+    return w + geo.w_offset(kl, j, phase.r0 + tr * phase.r_step, phase.s0 + tc * phase.s_step);
+  }
+
+  GPUBATCH_HOST_DEVICE index_t c_col_stride() const { return geo.nhwc() ? 1 : geo.h * geo.w; }
+
+  GPUBATCH_HOST_DEVICE TDX& c(index_t i, index_t j) const {
+    index_t local, ih, iw;
+    locate(i, local, ih, iw);
+    return dx[geo.x_offset(first_sample + local, group * geo.cg() + j, ih, iw)];
+  }
+
+  /// Epilogue coordinates, as dgrad_gemm's: (sample, input pixel h * W + w, input channel).
+  GPUBATCH_HOST_DEVICE conv_position position(index_t i, index_t j) const {
+    index_t local, ih, iw;
+    locate(i, local, ih, iw);
+    return {first_sample + local, ih * geo.w + iw, group * geo.cg() + j};
+  }
+};
+
+/// One stride phase of a dgrad call: one implicit GEMM per group over all samples (shared
+/// filters), or per (sample, group) with per-sample filters, as dgrad_batch. Only for phases
+/// with pixels; one without taps has no reduction (its dx is beta * dx through the epilogue).
+template <class TDY, class TW, class TDX>
+struct phase_dgrad_batch {
+  static constexpr bool uniform = true;
+  conv2d_geometry geo;
+  const TDY* dy;
+  const TW* w;
+  TDX* dx;
+  bool per_sample;
+  stride_phase phase;
+  index_divider tap_outer, tap_cols, plane, width;
+
+  phase_dgrad_batch(const dgrad_batch<TDY, TW, TDX>& call, const stride_phase& ph)
+      : geo(call.geo), dy(call.dy), w(call.w), dx(call.dx), per_sample(call.per_sample),
+        phase(ph) {
+    const index_t reduction = geo.kg() * ph.taps();
+    tap_outer = index_divider(geo.nhwc() ? geo.kg() : ph.taps(), reduction);
+    tap_cols = index_divider(ph.s_taps, ph.taps());
+    plane = index_divider(ph.pixels(), geo.n * ph.pixels());
+    width = index_divider(ph.cols, ph.pixels());
+  }
+
+  GPUBATCH_HOST_DEVICE index_t count() const { return per_sample ? geo.n * geo.groups : geo.groups; }
+  GPUBATCH_HOST_DEVICE index_t gemm_m() const { return (per_sample ? 1 : geo.n) * phase.pixels(); }
+  GPUBATCH_HOST_DEVICE index_t gemm_n() const { return geo.cg(); }
+  GPUBATCH_HOST_DEVICE index_t gemm_k() const { return geo.kg() * phase.taps(); }
+  GPUBATCH_HOST_DEVICE bool within_bounds(index_t) const { return true; }
+
+  GPUBATCH_HOST_DEVICE phase_dgrad_gemm<TDY, TW, TDX> problem(index_t index) const {
+    const index_t group = index % geo.groups;
+    const index_t first = per_sample ? index / geo.groups : 0;
+    const TW* const set = per_sample ? w + first * geo.filter_set_size() : w;
+    return {geo,   dy,        set + group * geo.kg() * geo.gemm_k(),
+            dx,    group,     first,
+            per_sample ? 1 : geo.n,
+            phase, tap_outer, tap_cols,
+            plane, width};
+  }
+};
+
+// ---------------------------------------------------------------------------------------------
 // Backward filter.
 
 /// wgrad of one group over samples [first_sample, first_sample + samples).

@@ -192,6 +192,24 @@ bool nchw(const conv::grouped_fprop_batch<TX, TW, TY>& batch) {
   return batch.order == tensor_layout::nchw;
 }
 
+/// The outputs of a uniform batch (m x n per implicit GEMM) from split.count slices of partial
+/// sums in split.workspace, through alpha, beta and the epilogue (split_k_reduce_kernel). With no
+/// slices (count 0) the sums are zero: what a GEMM with no reduction stores.
+template <class Batch, class Compute, class Epilogue>
+void launch_split_reduce(cudaStream_t stream, const Batch& batch, split_k<Compute> split, index_t m,
+                         index_t n, Compute alpha, Compute beta, const Epilogue& epilogue) {
+  constexpr int threads = 256;
+  const index_t total = split.problems * m * n;
+  if (total == 0) {
+    return;
+  }
+  const index_t blocks = std::min<index_t>(ceil_div(total, threads), index_t{1} << 20);
+  launch(split_k_reduce_kernel<threads, Batch, Compute, Epilogue>,
+         launch_config{static_cast<unsigned>(blocks), threads, 0, stream}, batch, split, m, n,
+         alpha, beta, epilogue);
+  GPUBATCH_CUDA_TRY(cudaGetLastError());
+}
+
 template <class Policy, class Batch, class Compute, class Epilogue>
 void launch_implicit(cudaStream_t stream, const Batch& batch, index_t max_m, index_t max_n,
                      split_k<Compute> split, Compute alpha, Compute beta,
@@ -242,13 +260,7 @@ void launch_implicit(cudaStream_t stream, const Batch& batch, index_t max_m, ind
       GPUBATCH_CUDA_TRY(cudaGetLastError());
     }
     if (split.count > 1) {
-      constexpr int threads = 256;
-      const index_t total = split.problems * max_m * max_n;
-      const index_t blocks = std::min<index_t>(ceil_div(total, threads), index_t{1} << 20);
-      launch(split_k_reduce_kernel<threads, Batch, Compute, Epilogue>,
-             launch_config{static_cast<unsigned>(blocks), threads, 0, stream}, batch, split, max_m,
-             max_n, alpha, beta, epilogue);
-      GPUBATCH_CUDA_TRY(cudaGetLastError());
+      launch_split_reduce(stream, batch, split, max_m, max_n, alpha, beta, epilogue);
     }
   }
 }

@@ -197,7 +197,8 @@ GPUBATCH_KERNEL void __launch_bounds__(Policy::threads, Policy::min_blocks_per_s
 }
 
 /// Sums the split-K slices of every output of a uniform batch (m x n per implicit GEMM) and
-/// stores them through the epilogue. Consecutive threads take consecutive output channels.
+/// stores them through the epilogue (zero sums with no slices: a stride phase no filter tap
+/// reaches). Consecutive threads take consecutive output channels.
 template <int Threads, class Batch, class Compute, class Epilogue>
 GPUBATCH_KERNEL void __launch_bounds__(Threads)
     split_k_reduce_kernel(Batch batch, split_k<Compute> split, index_t m, index_t n,
