@@ -19,11 +19,12 @@
 /// (detail/conv/backward_problem.hpp): nothing is unfolded, so no pass needs memory beyond its
 /// output, except where a workspace is asked for. The host runs them on its GEMM micro-kernel
 /// (OpenMP over output blocks; depthwise layers and few-channel backward data on direct loops
-/// and GEMM + col2im); CUDA on its SIMT implicit-GEMM kernel (tensor cores are not used by the
-/// backward passes yet), splitting long reductions through the workspace, strided backward
-/// data one stride phase at a time (over the taps that reach each phase), and depthwise layers
-/// (and backward data with at most 4 input channels per group, such as a stem's 3) on their
-/// own kernels.
+/// and GEMM + col2im); CUDA on its SIMT implicit-GEMM kernel, splitting long reductions
+/// through the workspace, strided backward data one stride phase at a time (over the taps that
+/// reach each phase), and depthwise layers (and backward data with at most 4 input channels per
+/// group, such as a stem's 3) on their own kernels. Tensor cores serve backward data only with
+/// filters packed for it (packed_conv2d_filters): stride-1 layers then run as a forward
+/// convolution of dy.
 /// Every pass is deterministic run to run on both backends; see conv2d_backward_options for
 /// results independent of the GPU.
 ///
@@ -48,6 +49,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <type_traits>
 
@@ -119,7 +121,8 @@ void backward_data(Exec exec, const conv2d_params& params, scalar_t<TDY> alpha,
                    const tensor4d_view<TDY>& dy, const tensor4d_view<TW>& w, scalar_t<TDY> beta,
                    const tensor4d_view<TDX>& dx, const Epilogue& epilogue,
                    const conv2d_backward_options& options, bool per_sample,
-                   const host_conv::gemm_filters<compute_type_t<TDY>>* turned = nullptr) {
+                   const host_conv::gemm_filters<compute_type_t<TDY>>* turned = nullptr,
+                   const std::remove_const_t<TW>* cuda_turned = nullptr) {
   static_assert(is_execution_v<Exec>, "gpubatch::conv2d_backward_data: the first argument must "
                                       "be an execution argument (gpubatch::on_host or "
                                       "gpubatch::on(stream))");
@@ -146,10 +149,23 @@ void backward_data(Exec exec, const conv2d_params& params, scalar_t<TDY> alpha,
   check_epilogue(exec, epilogue, "epilogue");
   if constexpr (is_cuda_exec_v<Exec>) {
 #if GPUBATCH_CUDA_COMPILER
+    // With the filters turned beforehand (packed_conv2d_filters), a stride-1 layer of more
+    // than the direct kernel's channels runs as the forward convolution of dy that computes
+    // dx, on the forward kernels (tensor cores for f16 and bf16); a deterministic pass keeps
+    // the implicit GEMM's documented order.
+    if (cuda_turned != nullptr && !per_sample && !options.deterministic &&
+        geo.cg() > cuda_conv::direct_dgrad_max_channels) {
+      if (const std::optional<conv2d_geometry> forward = dgrad_as_fprop(geo)) {
+        const fprop_batch<DY, W, TDX> fb{*forward, dy.data(), cuda_turned, dx.data(), false};
+        cuda_conv::dispatch<Policy>(exec.stream(), fb, alpha, beta, epilogue, conv2d_options{});
+        return;
+      }
+    }
     cuda_conv::dispatch_backward<Policy>(exec.stream(), batch, alpha, beta, epilogue, options);
 #endif
-    (void)turned;  // the CUDA kernels read the filters where they lie
+    (void)turned;  // the host's packing
   } else {
+    (void)cuda_turned;
     host_conv::run_dgrad(exec, batch, alpha, beta, epilogue, turned);
   }
 }

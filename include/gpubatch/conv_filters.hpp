@@ -27,7 +27,7 @@ class packed_conv2d_filters;
 
 /// @brief The passes packed_conv2d_filters prepares filters for. Each pass prepared holds
 /// another copy of the filters on the host backend; the CUDA backend reads its one copy in
-/// place for every pass, whichever is named.
+/// place for the forward pass and holds a second, turned, for backward data.
 enum class filter_passes {
   forward,                    ///< conv2d
   backward_data,              ///< conv2d_backward_data
@@ -46,6 +46,12 @@ struct packed_filters_access {
       const packed_conv2d_filters<T>& f) {
     return f.host_dgrad_ ? &*f.host_dgrad_ : nullptr;
   }
+  /// The CUDA backend's filters turned for backward data as a forward convolution of dy
+  /// (conv::dgrad_as_fprop), or null.
+  template <class T>
+  static const T* cuda_backward_data(const packed_conv2d_filters<T>& f) {
+    return f.cuda_turned_ ? f.cuda_turned_->data() : nullptr;
+  }
 };
 }  // namespace detail::conv
 
@@ -58,8 +64,11 @@ struct packed_filters_access {
 /// the implicit GEMM's layout for each pass it was made for: for conv2d, layers that are not
 /// depthwise and have enough output channels per group; for conv2d_backward_data, stride-1
 /// layers with more than 4 input channels per group (other layers prepare the copy on each
-/// call, as they do a plain filter view). Each is another copy's worth of memory; the CUDA
-/// backend reads its copy in place.
+/// call, as they do a plain filter view). Each is another copy's worth of memory. The CUDA
+/// backend reads its copy in place for conv2d; for conv2d_backward_data it also holds the
+/// filters turned (input and output channels swapped, taps reversed), so that stride-1 layers
+/// of more than 4 input channels per group run as the forward convolution of dy that computes
+/// dx, on the forward kernels (tensor cores for f16 and bf16), except in a deterministic pass.
 /// It serves x and y of any extent, batch size and padding, stride and dilation, in the
 /// layout it was made from, with the groups it was made for.
 ///
@@ -101,6 +110,13 @@ class packed_conv2d_filters {
     if constexpr (is_cuda_exec_v<Exec>) {
 #if GPUBATCH_CUDA_COMPILER
       GPUBATCH_CUDA_TRY(cudaMemcpyAsync(copy_.data(), w.data(), bytes, cudaMemcpyDefault, exec.stream()));
+      if constexpr (!std::is_same_v<T, std::int8_t>) {
+        if (passes != filter_passes::forward) {
+          cuda_turned_.emplace(copy_.size(), exec);
+          detail::cuda_conv::launch_turn_filters(exec.stream(), shape_, groups_, order_,
+                                                 copy_.data(), cuda_turned_->data());
+        }
+      }
 #endif
     } else {
       std::memcpy(copy_.data(), w.data(), bytes);
@@ -175,6 +191,7 @@ class packed_conv2d_filters {
   detail::host_conv::gemm_filters<compute> host_{};
   bool host_packed_ = false;
   std::optional<detail::host_conv::gemm_filters<compute>> host_dgrad_;
+  std::optional<device_buffer<T>> cuda_turned_;
 };
 
 template <class Exec, class T>
@@ -213,9 +230,11 @@ void conv2d(Exec exec, const conv2d_params& params, detail::conv::scalar_t<TX> a
 }
 
 /// @brief conv2d_backward_data with filters prepared by packed_conv2d_filters: the same result
-/// as conv2d_backward_data with the filters they were made from. On the host backend, filters
-/// prepared for filter_passes::backward_data (or forward_and_backward_data) are not packed
-/// again by the layers that pack them (stride 1, more than 4 input channels per group).
+/// as conv2d_backward_data with the filters they were made from. Filters prepared for
+/// filter_passes::backward_data (or forward_and_backward_data) serve stride-1 layers of more
+/// than 4 input channels per group: on the host they are not packed again; on CUDA the layer
+/// runs as a forward convolution of dy with the turned filters (not in a deterministic pass,
+/// whose order is the implicit GEMM's).
 /// @throws invalid_argument as conv2d_backward_data, and "w" if `params.groups` is not the
 ///         groups the filters were made for, or they were made for the other backend
 template <class Policy = void, class Exec, class TDY, class T, class TDX,
@@ -230,8 +249,10 @@ void conv2d_backward_data(Exec exec, const conv2d_params& params,
   if constexpr (std::is_same_v<compute_type_t<TDY>, detail::scalar_t<T>>) {
     if (is_host_exec_v<Exec>) turned = detail::conv::packed_filters_access::host_backward_data(w);
   }
+  const T* const cuda_turned =
+      is_cuda_exec_v<Exec> ? detail::conv::packed_filters_access::cuda_backward_data(w) : nullptr;
   detail::conv::backward_data<Policy>(exec, params, alpha, dy, w.view(), beta, dx, epilogue,
-                                      options, false, turned);
+                                      options, false, turned, cuda_turned);
 }
 
 GPUBATCH_NAMESPACE_END

@@ -65,6 +65,9 @@ void conv_backward_all(cudaStream_t stream) {
   const gpubatch::tensor4d_view<T> dx(out, 1, 8, 8, 8, gpubatch::tensor_layout::nhwc);
   const gpubatch::tensor4d_view<T> dw(out, 8, 8, 3, 3, gpubatch::tensor_layout::nhwc);
   gpubatch::conv2d_backward_data(exec, {}, 1, dy, w, 0, dx);
+  // Packed for backward data: the filters turned once, then the forward kernels.
+  const gpubatch::packed_conv2d_filters<T> packed(exec, {}, w, gpubatch::filter_passes::backward_data);
+  gpubatch::conv2d_backward_data(exec, {}, 1, dy, packed, 0, dx);
   gpubatch::conv2d_backward_filter(exec, {}, 1, x, dy, 0, dw);
   gpubatch::conv2d_backward_bias(exec, 1, dy, 0, out);
   compute* norms = nullptr;

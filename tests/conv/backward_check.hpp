@@ -346,6 +346,9 @@ inline std::vector<conv_case> backward_layers() {
       // A strided 1 x 1 layer (a bottleneck's projection): three of its four stride phases meet
       // no tap, so their dx is beta * dx alone.
       {"1x1 stride 2, 16 -> 24", 2, 16, 7, 8, 24, 1, 1, conv2d_params{}.with_stride(2, 2)},
+      // Channels in multiples of 16 on both sides: with packed filters CUDA runs backward data
+      // as a forward convolution of dy, on the tensor cores with asynchronous copies (f16, bf16).
+      {"3x3 pad 1, 16 -> 32", 2, 16, 6, 7, 32, 3, 3, pad(1, 1)},
   };
 }
 

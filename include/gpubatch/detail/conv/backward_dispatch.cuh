@@ -298,5 +298,32 @@ void launch_per_sample_norms(cudaStream_t stream, const conv::conv2d_geometry& g
   }
 }
 
+/// The geometry of a layer with filters `shape` (K x C/g x R x S) and `groups` whose filters
+/// are all that matters (one pixel per filter tap, stride 1, no padding), for turning them.
+inline conv::conv2d_geometry filter_layer(const tensor4d_shape& shape, index_t groups,
+                                          tensor_layout order) {
+  return conv::make_geometry(1, shape.c * groups, shape.h, shape.w, shape.n, shape.h, shape.w,
+                             conv2d_params{}.with_groups(groups), order);
+}
+
+/// Writes to `out` a layer's filters `w` (`shape`, `groups`, `order`) turned for backward data
+/// as a forward convolution of dy, on `stream` (turn_filters_kernel). The forward filters'
+/// layout depends on the filters alone, so they serve every x extent, padding and dilation.
+template <class T>
+void launch_turn_filters(cudaStream_t stream, const tensor4d_shape& shape, index_t groups,
+                         tensor_layout order, const T* w, T* out) {
+  const conv::conv2d_geometry layer = filter_layer(shape, groups, order);
+  const conv::conv2d_geometry forward = *conv::dgrad_as_fprop(layer);  // no padding: always
+  constexpr int threads = 256;
+  const index_t total = forward.k * forward.gemm_k();
+  if (total == 0) {
+    return;
+  }
+  const index_t blocks = std::min<index_t>(ceil_div(total, threads), index_t{1} << 20);
+  launch(turn_filters_kernel<threads, T>, launch_config{static_cast<unsigned>(blocks), threads, 0, stream},
+         layer, forward, w, out);
+  GPUBATCH_CUDA_TRY(cudaGetLastError());
+}
+
 }  // namespace detail::cuda_conv
 GPUBATCH_NAMESPACE_END

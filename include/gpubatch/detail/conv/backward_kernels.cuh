@@ -1,7 +1,8 @@
 /// @file detail/conv/backward_kernels.cuh
 /// @brief CUDA kernels of the convolution backward passes beyond the implicit GEMMs (which run
 /// on implicit_gemm_kernel of detail/conv/kernels.cuh through the mappings of
-/// detail/conv/backward_problem.hpp): the bias gradient and per-sample squared norms. Both
+/// detail/conv/backward_problem.hpp): the bias gradient and per-sample squared norms, and the
+/// filters turned for backward data as a forward convolution. The first two
 /// reduce in a fixed order (a strided per-thread sum, then a shared-memory tree), so results
 /// are bitwise the same on every run and every device. Included only by nvcc translation units.
 #pragma once
@@ -200,6 +201,29 @@ GPUBATCH_KERNEL void __launch_bounds__(Threads, 1)
       }
       __syncthreads();  // partial is reused by the next tap
     }
+  }
+}
+
+/// A layer's filters turned for backward data as a forward convolution of dy
+/// (conv::dgrad_as_fprop): element (c, kl, r, s) of the forward filters (C filters of K/g
+/// channels, in `forward`'s layout) is the layer's filter group * K/g + kl at input channel
+/// c - group * C/g and tap (R - 1 - r, S - 1 - s), group = c / (C/g). One element per thread,
+/// grid-stride in the order they are stored.
+template <int Threads, class T>
+GPUBATCH_KERNEL void __launch_bounds__(Threads)
+    turn_filters_kernel(conv::conv2d_geometry layer, conv::conv2d_geometry forward, const T* w,
+                        T* out) {
+  const index_t per_filter = forward.gemm_k();
+  const index_t total = forward.k * per_filter;
+  const index_t step = static_cast<index_t>(gridDim.x) * Threads;
+  for (index_t idx = static_cast<index_t>(blockIdx.x) * Threads + threadIdx.x; idx < total;
+       idx += step) {
+    const index_t c = idx / per_filter;
+    index_t kl, r, s;
+    forward.decode_filter_index(idx - c * per_filter, kl, r, s);
+    const index_t group = c / layer.cg();
+    out[idx] = w[layer.w_offset(group * layer.kg() + kl, c - group * layer.cg(), layer.r - 1 - r,
+                                layer.s - 1 - s)];
   }
 }
 

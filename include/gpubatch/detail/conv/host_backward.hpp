@@ -337,37 +337,6 @@ void pack_mapped_b(const conv::wgrad_gemm<TX, TDY, TDW>& g, index_t j0, index_t 
 // ---------------------------------------------------------------------------------------------
 // Stride-1 backward data as a forward convolution.
 
-/// The forward convolution whose output is dx of a stride-1 layer: dy (K channels, P x Q)
-/// convolved with the filters transposed (input and output channels swapped within each group)
-/// and turned 180 degrees, each side padded by the taps' reach (dilation * (R - 1)) less the
-/// layer's own padding there. It runs on the forward paths, in-place taps and the depthwise
-/// row kernel included, where the dgrad GEMM gathers every tap of dy. Empty for strided
-/// layers, and where a side's padding exceeds the taps' reach.
-inline std::optional<conv::conv2d_geometry> dgrad_as_fprop(const conv::conv2d_geometry& geo) {
-  if (geo.stride_h != 1 || geo.stride_w != 1 || geo.p == 0 || geo.q == 0) {
-    return std::nullopt;
-  }
-  const index_t reach_h = geo.dilation_h * (geo.r - 1), reach_w = geo.dilation_w * (geo.s - 1);
-  // The layer's trailing padding, from P = H + top + bottom - reach (stride 1).
-  const index_t bottom = geo.p - geo.h - geo.pad_h + reach_h;
-  const index_t right = geo.q - geo.w - geo.pad_w + reach_w;
-  const conv2d_params params =
-      conv2d_params{}
-          .with_padding(reach_h - geo.pad_h, reach_h - bottom, reach_w - geo.pad_w, reach_w - right)
-          .with_dilation(geo.dilation_h, geo.dilation_w)
-          .with_groups(geo.groups);
-  if (params.pad_h_begin < 0 || params.pad_h_end < 0 || params.pad_w_begin < 0 ||
-      params.pad_w_end < 0) {
-    return std::nullopt;
-  }
-  const conv::conv2d_geometry forward =
-      conv::make_geometry(geo.n, geo.k, geo.p, geo.q, geo.c, geo.r, geo.s, params, geo.order);
-  if (forward.p != geo.h || forward.q != geo.w) {
-    return std::nullopt;
-  }
-  return forward;
-}
-
 /// The layer's filter taps that a forward geometry's taps stand for: forward tap (r, s) is the
 /// layer's (rows[r], cols[s]).
 struct tap_map {
