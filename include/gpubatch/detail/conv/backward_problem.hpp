@@ -146,7 +146,7 @@ struct dgrad_gemm {
     if (pixel < 0) {
       return nullptr;
     }
-    return cur.base + (geo.nhwc() ? pixel * geo.k + kl : kl * geo.pixels() + pixel);
+    return cur.base + geo.y_offset(0, kl, pixel);
   }
 
   /// Element (kk, j) of B: filter kl's weight for input channel j at the tap of kk.
@@ -350,13 +350,20 @@ struct phase_dgrad_gemm {
     tc = t - tr * phase.s_taps;
   }
 
-  /// Sample (within the call) and input position of row i.
-  GPUBATCH_HOST_DEVICE void locate(index_t i, index_t& local, index_t& ih, index_t& iw) const {
+  /// Sample (within the call) of row i, and its pixel's row u and column v in the phase.
+  GPUBATCH_HOST_DEVICE void split_row(index_t i, index_t& local, index_t& u, index_t& v) const {
     local = plane.quotient(i);
     const index_t rest = i - local * plane.divisor;
-    const index_t u = width.quotient(rest);
+    u = width.quotient(rest);
+    v = rest - u * phase.cols;
+  }
+
+  /// Sample (within the call) and input position of row i.
+  GPUBATCH_HOST_DEVICE void locate(index_t i, index_t& local, index_t& ih, index_t& iw) const {
+    index_t u, v;
+    split_row(i, local, u, v);
     ih = phase.a + u * geo.stride_h;
-    iw = phase.b + (rest - u * phase.cols) * geo.stride_w;
+    iw = phase.b + v * geo.stride_w;
   }
 
   /// A row resolved once: its sample's dy for this group, and the output pixel (oh, ow) that
@@ -370,11 +377,10 @@ struct phase_dgrad_gemm {
     if (i >= m()) {
       return {nullptr, 0, 0};
     }
-    const index_t local = plane.quotient(i);
-    const index_t rest = i - local * plane.divisor;
-    const index_t u = width.quotient(rest);
+    index_t local, u, v;
+    split_row(i, local, u, v);
     return {dy + geo.y_offset(first_sample + local, group * geo.kg(), 0), u + phase.e_h,
-            rest - u * phase.cols + phase.e_w};
+            v + phase.e_w};
   }
 
   /// dy element feeding (row, kk), or null where the tap lands beyond the output.
@@ -388,8 +394,7 @@ struct phase_dgrad_gemm {
     if (op < 0 || op >= geo.p || oq < 0 || oq >= geo.q) {
       return nullptr;
     }
-    const index_t pixel = op * geo.q + oq;
-    return cur.base + (geo.nhwc() ? pixel * geo.k + kl : kl * geo.pixels() + pixel);
+    return cur.base + geo.y_offset(0, kl, op * geo.q + oq);
   }
 
   /// Element (kk, j) of B: filter kl's weight for input channel j at the phase tap of kk.
