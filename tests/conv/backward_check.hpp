@@ -332,6 +332,10 @@ inline std::vector<conv_case> backward_layers() {
       {"depthwise 3x3, 33 channels, 10 wide", 2, 33, 6, 10, 33, 3, 3, pad(1, 1).with_groups(33)},
       {"depthwise 3x3, stride 2, 32 channels, 15 wide", 1, 32, 7, 15, 32, 3, 3,
        pad(1, 1).with_stride(2, 2).with_groups(32)},
+      // Stride-1 depthwise with whole channel vectors (8 x 16 bytes of f16, 4 of f32): CUDA's
+      // backward data as the tiled forward kernel over dy, filters turned, a vector per thread
+      {"depthwise 3x3, 64 channels, 9 wide, asymmetric padding", 2, 64, 6, 9, 64, 3, 3,
+       conv2d_params{}.with_padding(1, 0, 2, 1).with_groups(64)},
       // Strided layers with 16 or more output channels per group: stride phases that run as
       // forward convolutions of dy (8 samples: whole sample-minor strips), with phases that
       // have no taps (dilation 2 at stride 2) or whose padding would be negative (bottom padding

@@ -231,33 +231,55 @@ void integral_scalars(double& alpha, double& beta) {
   }
 }
 
-/// A case's inputs and initial output in Backend's memory, stored in `order`, with views.
+/// A case's inputs and initial output in Backend's memory, stored in `order`, with views; x
+/// and y start `shift` elements into their buffers (1: off every vector boundary).
 template <class Backend, class TX, class TY>
 struct conv_tensors {
   tensor4d_shape ws, ys;
+  index_t shift;
   device_buffer<TX> dx, dw;
   device_buffer<TY> dy;
   tensor4d_view<const TX> x, w;
   tensor4d_view<TY> y;
 
-  conv_tensors(const conv_case& cc, tensor_layout order, const conv_data<TX, TY>& data)
+  conv_tensors(const conv_case& cc, tensor_layout order, const conv_data<TX, TY>& data,
+               index_t shift_by = 0)
       : ws{cc.w_shape().n * data.sets, cc.w_shape().c, cc.w_shape().h, cc.w_shape().w},
         ys(cc.y_shape()),
-        dx(data.x.size(), Backend::exec()),
+        shift(shift_by),
+        dx(data.x.size() + static_cast<std::size_t>(shift), Backend::exec()),
         dw(data.w.size(), Backend::exec()),
-        dy(data.y0.size(), Backend::exec()),
-        x(dx.data(), cc.n, cc.c, cc.h, cc.w, order, Backend::space),
+        dy(data.y0.size() + static_cast<std::size_t>(shift), Backend::exec()),
+        x(dx.data() + shift, cc.n, cc.c, cc.h, cc.w, order, Backend::space),
         w(dw.data(), ws.n, ws.c, ws.h, ws.w, order, Backend::space),
-        y(dy.data(), ys.n, ys.c, ys.h, ys.w, order, Backend::space) {
-    Backend::from_host(dx.data(), store_as(order, cc.x_shape(), data.x));
+        y(dy.data() + shift, ys.n, ys.c, ys.h, ys.w, order, Backend::space) {
+    Backend::from_host(dx.data() + shift, store_as(order, cc.x_shape(), data.x));
     Backend::from_host(dw.data(), store_as(order, ws, data.w));
-    Backend::from_host(dy.data(), store_as(order, ys, data.y0));
+    Backend::from_host(dy.data() + shift, store_as(order, ys, data.y0));
   }
   /// y in logical order.
   std::vector<double> output(tensor_layout order) const {
-    return load_from(order, ys, Backend::to_host(dy.data(), static_cast<std::size_t>(ys.size())));
+    return load_from(order, ys,
+                     Backend::to_host(dy.data() + shift, static_cast<std::size_t>(ys.size())));
   }
 };
+
+/// One case with x and y one element past their buffers' start (no vector alignment), beta
+/// 0.5: the paths that need aligned tensors must see that they are not.
+template <class Backend, class TX, class TY>
+void check_conv_unaligned(const conv_case& cc, tensor_layout order) {
+  using compute = compute_type_t<TX>;
+  double alpha = 1.0, beta = 0.5;
+  integral_scalars<TX>(alpha, beta);
+  INFO(describe(cc) << ", " << gpubatch::to_string(order) << ", x and y one element off, "
+                    << Backend::name);
+  const conv_data<TX, TY> data(cc, filter_form::shared, beta);
+  const conv_tensors<Backend, TX, TY> t(cc, order, data, 1);
+  conv2d(Backend::exec(), cc.params, static_cast<compute>(alpha), t.x, t.w,
+         static_cast<compute>(beta), t.y);
+  compare(t.output(order), data.expected(cc, alpha, beta, epilogue::identity{}),
+          output_tolerance<TY>(), t.ys);
+}
 
 /// Runs one case on Backend in `order` and checks it; returns the output in logical order.
 /// `reference_epilogue` (if given) is the host-memory twin of `epilogue` for the reference.

@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <type_traits>
 
@@ -170,6 +171,16 @@ bool launch_depthwise_backward(cudaStream_t stream, const conv::dgrad_batch<TDY,
   if (!std::is_void_v<Policy> || geo.cg() > direct_dgrad_max_channels || options.deterministic ||
       !fits_int) {
     return false;
+  }
+  // An NHWC depthwise layer of stride 1: dx is the forward depthwise convolution of dy with
+  // every filter turned 180 degrees, on the tiled forward kernel, which turns the taps as it
+  // stages them.
+  if (geo.nhwc() && geo.cg() == 1 && geo.kg() == 1) {
+    if (const std::optional<conv::conv2d_geometry> forward = conv::dgrad_as_fprop(geo)) {
+      const conv::fprop_batch<TDY, TW, TDX> as_forward{*forward, batch.dy, batch.w, batch.dx,
+                                                       batch.per_sample};
+      if (launch_depthwise_tiled(stream, as_forward, alpha, beta, epilogue, true)) return true;
+    }
   }
   constexpr int threads = 256;
   const index_t total = batch.geo.n * batch.geo.c * batch.geo.h * batch.geo.w;

@@ -265,9 +265,62 @@ void launch_implicit(cudaStream_t stream, const Batch& batch, index_t max_m, ind
   }
 }
 
+/// Channels per thread of the tiled depthwise kernel where whole vectors apply: 16 bytes of
+/// input, at most 8 channels (their sums, 4 pixels of each, stay in registers).
+template <class TX>
+inline constexpr int depthwise_vector = std::min(8, simt::elements_in_16_bytes<TX>);
+
+/// Launches the tiled depthwise kernel at `Vector` channels per thread; false where the layer
+/// is beyond its limits (conv::depthwise_tiles::fits).
+template <int Vector, class TX, class TW, class TY, class Compute, class Epilogue>
+bool launch_depthwise_tiled_at(cudaStream_t stream, const conv::fprop_batch<TX, TW, TY>& batch,
+                               Compute alpha, Compute beta, const Epilogue& epilogue,
+                               bool turned) {
+  constexpr int threads = 256;
+  const index_t compute_bytes = sizeof(Compute);
+  conv::depthwise_tiles tiles = conv::make_depthwise_tiles(batch.geo, threads, Vector, compute_bytes);
+  if (!tiles.fits(batch.geo, compute_bytes)) return false;
+  tiles.turned = turned;
+  const dim3 grid(static_cast<unsigned>(tiles.blocks(batch.geo.n)),
+                  static_cast<unsigned>(tiles.chunks));
+  const dim3 block(static_cast<unsigned>(tiles.lanes_c), static_cast<unsigned>(tiles.lanes_t));
+  launch(depthwise_tiled_kernel<threads, Vector, TX, TW, TY, Compute, Epilogue>,
+         launch_config{grid, block, static_cast<std::size_t>(tiles.shared_bytes(compute_bytes)),
+                       stream},
+         batch, tiles, alpha, beta, epilogue);
+  GPUBATCH_CUDA_TRY(cudaGetLastError());
+  return true;
+}
+
+/// An NHWC depthwise layer on the tiled kernel: a vector of channels per thread where the
+/// channels and the tensors' alignment allow, else one. `turned`: each filter read turned 180
+/// degrees (backward data as a forward convolution). False where the kernel's limits leave the
+/// layer out.
+template <class TX, class TW, class TY, class Compute, class Epilogue>
+bool launch_depthwise_tiled(cudaStream_t stream, const conv::fprop_batch<TX, TW, TY>& batch,
+                            Compute alpha, Compute beta, const Epilogue& epilogue,
+                            bool turned = false) {
+  const conv::conv2d_geometry& geo = batch.geo;
+  constexpr int vector = depthwise_vector<TX>;
+  const auto whole = [](const void* p, std::size_t bytes) {
+    return reinterpret_cast<std::uintptr_t>(p) % bytes == 0;
+  };
+  if (vector > 1 && geo.kg() == 1 && geo.k % vector == 0 && whole(batch.x, vector * sizeof(TX)) &&
+      whole(batch.y, vector * sizeof(TY)) &&
+      launch_depthwise_tiled_at<vector>(stream, batch, alpha, beta, epilogue, turned)) {
+    return true;
+  }
+  return launch_depthwise_tiled_at<1>(stream, batch, alpha, beta, epilogue, turned);
+}
+
+/// A depthwise layer: NHWC on the tiled kernel; NCHW (and what the tiled kernel's limits leave
+/// out) one output per thread.
 template <class TX, class TW, class TY, class Compute, class Epilogue>
 void launch_depthwise(cudaStream_t stream, const conv::fprop_batch<TX, TW, TY>& batch,
                       Compute alpha, Compute beta, const Epilogue& epilogue) {
+  const conv::conv2d_geometry& geo = batch.geo;
+  if (geo.n <= 0 || geo.k <= 0 || geo.pixels() <= 0) return;
+  if (geo.nhwc() && launch_depthwise_tiled(stream, batch, alpha, beta, epilogue)) return;
   constexpr int threads = 256;
   const index_t total = batch.geo.n * batch.geo.k * batch.geo.pixels();
   const index_t blocks = std::min<index_t>(ceil_div(total, threads), index_t{1} << 20);

@@ -13,14 +13,18 @@
 ///   through the tensor-core main loop of detail/gemm/tensor_core.cuh; with NHWC and channels per
 ///   group a multiple of 16 bytes the gather is copied in 16-byte cp.async chunks.
 /// - split_k_reduce_kernel: sums the split-K slices and applies the epilogue.
+/// - depthwise_tiled_kernel: NHWC depthwise layers, a row of 4 output pixels by a vector of
+///   channels per thread, the filters staged in shared memory (detail/conv/depthwise_tiles.hpp).
 /// - depthwise_kernel: one output element per thread, channels (NHWC) or output columns (NCHW)
-///   adjacent across a warp so loads and stores coalesce.
+///   adjacent across a warp so loads and stores coalesce; NCHW layers, and NHWC layers the
+///   tiled kernel's limits leave out.
 ///
 /// The index math, padding predicates and the epilogue store are the __host__ __device__ code
 /// of detail/conv/problem.hpp and detail/gemm/problem.hpp that the host tests exercise.
 #pragma once
 
 #include <gpubatch/config.hpp>
+#include <gpubatch/detail/conv/depthwise_tiles.hpp>
 #include <gpubatch/detail/conv/problem.hpp>
 #include <gpubatch/detail/conv/radix_walk.hpp>
 #include <gpubatch/detail/gemm/kernels.cuh>
@@ -257,6 +261,92 @@ GPUBATCH_KERNEL void __launch_bounds__(Threads)
     const conv::conv_position pos = batch.position(sample, pixel, ik);
     store_output(batch.y[geo.y_offset(sample, ik, pixel)], acc, alpha, beta, epilogue, pos.batch,
                  pos.row, pos.col);
+  }
+}
+
+/// Depthwise NHWC, tiled (conv::depthwise_tiles): a thread sums depthwise_tiles::run adjacent
+/// output pixels of a row for `Vector` adjacent channels. Per filter tap it loads the tap's
+/// `Vector` weights once, from the block's tap-major copy in shared memory, and each pixel's
+/// inputs as one load of `Vector` channels (16 bytes where Vector > 1), `run` of them
+/// independent, so the loads of a tap are in flight together. Vector > 1 needs one output
+/// channel per input channel, K a multiple of Vector and x and y aligned to whole vectors;
+/// Vector = 1 takes any channel multiplier (output channel ik reads input ik / multiplier).
+template <int Threads, int Vector, class TX, class TW, class TY, class Compute, class Epilogue>
+GPUBATCH_KERNEL void __launch_bounds__(Threads, conv::depthwise_tiles::blocks_per_sm)
+    depthwise_tiled_kernel(conv::fprop_batch<TX, TW, TY> batch, conv::depthwise_tiles tiles,
+                           Compute alpha, Compute beta, Epilogue epilogue) {
+  constexpr int run = conv::depthwise_tiles::run;
+  GPUBATCH_DYNAMIC_SHARED(unsigned char, depthwise_shared, 32);  // whole f32 vectors of 8
+  Compute* const taps_s = reinterpret_cast<Compute*>(depthwise_shared);
+  const conv::conv2d_geometry& geo = batch.geo;
+  bool active = false;
+  const conv::depthwise_tile t =
+      tiles.tile(geo, blockIdx.x, blockIdx.y, threadIdx.x, threadIdx.y, active);
+
+  // The chunk's filters, tap-major: element tap * chunk + j is tap `tap` of the chunk's
+  // channel j (zero past K), turned where asked. Thread t copies channel t % chunk at taps
+  // t / chunk, t / chunk + Threads / chunk, ... (chunk is a power of two, at most Threads):
+  // conflict-free shared stores, and no division per element. The global reads stride over
+  // the [K][R * S] filters; the lines they touch stay in L1 for the next taps.
+  const index_t chunk = tiles.chunk(), first = static_cast<index_t>(blockIdx.y) * chunk;
+  const TW* const filters = batch.filters_of(t.sample) + geo.w_offset(first, 0, 0, 0);
+  {
+    const auto lanes = static_cast<unsigned>(chunk), taps = static_cast<unsigned>(tiles.taps);
+    const unsigned thread = threadIdx.y * blockDim.x + threadIdx.x;
+    const unsigned j = thread % lanes;
+    const bool real = first + j < geo.k;
+    const TW* const own = real ? filters + j * taps : filters;
+    for (unsigned tap = thread / lanes; tap < taps; tap += Threads / lanes) {
+      const unsigned read = tiles.turned ? taps - 1 - tap : tap;
+      taps_s[tap * lanes + j] = real ? convert<Compute>(own[read]) : Compute(0);
+    }
+  }
+  __syncthreads();
+  if (!active) return;
+
+  const index_t ic = Vector > 1 ? t.channel : t.channel / geo.kg();
+  const Compute* const my_taps = taps_s + (t.channel - first);
+  // Within an input row, 32-bit columns and offsets (depthwise_tiles::fits).
+  const auto width = static_cast<int>(geo.w), channels = static_cast<int>(geo.c);
+  const auto stride_w = static_cast<int>(geo.stride_w), dilation_w = static_cast<int>(geo.dilation_w);
+  const auto filter_w = static_cast<int>(geo.s);
+  const auto column0 = static_cast<int>(t.oq * geo.stride_w - geo.pad_w);
+  Compute acc[run][Vector] = {};
+  for (index_t ir = 0; ir < geo.r; ++ir) {
+    const index_t ih = t.op * geo.stride_h - geo.pad_h + ir * geo.dilation_h;
+    if (ih < 0 || ih >= geo.h) continue;
+    const TX* const row = batch.x + geo.x_offset(t.sample, ic, ih, 0);
+    const Compute* const row_taps = my_taps + ir * geo.s * chunk;
+    for (int is = 0; is < filter_w; ++is) {
+      Compute f[Vector];
+      simt::read_piece<Vector>(row_taps + is * chunk, f);
+      const int first_column = column0 + is * dilation_w;
+#pragma unroll
+      for (int p = 0; p < run; ++p) {
+        const int iw = first_column + p * stride_w;
+        // Padding, or a pixel past Q (computed, never stored).
+        if (static_cast<unsigned>(iw) >= static_cast<unsigned>(width)) continue;
+        TX in[Vector];
+        simt::read_piece<Vector>(row + iw * channels, in);
+#pragma unroll
+        for (int v = 0; v < Vector; ++v) acc[p][v] += convert<Compute>(in[v]) * f[v];
+      }
+    }
+  }
+#pragma unroll
+  for (int p = 0; p < run; ++p) {
+    const index_t oq = t.oq + p;
+    if (oq >= geo.q) break;
+    const index_t pixel = t.op * geo.q + oq;
+    TY* const out = batch.y + geo.y_offset(t.sample, t.channel, pixel);
+    const conv::conv_position pos = batch.position(t.sample, pixel, t.channel);
+    TY values[Vector];
+    if (beta != Compute(0)) simt::read_piece<Vector>(out, values);
+#pragma unroll
+    for (int v = 0; v < Vector; ++v) {
+      store_output(values[v], acc[p][v], alpha, beta, epilogue, pos.batch, pos.row, pos.col + v);
+    }
+    simt::write_piece<Vector>(values, out);
   }
 }
 

@@ -1,0 +1,115 @@
+/// @file detail/conv/depthwise_tiles.hpp
+/// @brief How the CUDA kernel for NHWC depthwise layers divides a layer among blocks and
+/// threads; shared with the host tests, which check that every output is computed exactly once.
+#pragma once
+
+#include <gpubatch/config.hpp>
+#include <gpubatch/detail/conv/problem.hpp>
+#include <gpubatch/detail/gemm/problem.hpp>
+#include <gpubatch/views.hpp>
+
+#include <cstdint>
+
+GPUBATCH_NAMESPACE_BEGIN
+namespace detail::conv {
+
+/// One thread's work: output pixels [oq, oq + depthwise_tiles::run) of row `op` of `sample`
+/// (those below Q), for channels [channel, channel + vector) (those below K).
+struct depthwise_tile {
+  index_t sample, op, oq, channel;
+};
+
+/// The division of an NHWC depthwise layer (one input channel per group, any channel
+/// multiplier) among CUDA blocks of `lanes_c` x `lanes_t` threads. A thread computes `run`
+/// adjacent output pixels of one row for `vector` adjacent channels: every filter tap it reads
+/// serves `run` pixels, and with vector > 1 every input it reads is one 16-byte load of a whole
+/// vector of channels (NHWC keeps a pixel's channels adjacent). Block (x, y) takes sample
+/// x / blocks_per_sample, its tiles from (x % blocks_per_sample) * lanes_t on (one per thread
+/// row), and channel chunk y, whose filters it first copies to shared memory, tap-major, so a
+/// thread reads its vector's taps with one load.
+struct depthwise_tiles {
+  static constexpr int run = 4;  ///< output pixels of a row per thread
+  /// Bytes a chunk's filter tap may take in shared memory: the widest filter the kernel takes
+  /// then fits the 48 KiB a block has without opting in.
+  static constexpr index_t chunk_bytes = 512;
+  static constexpr index_t max_shared_bytes = 48 * 1024;
+  /// Blocks of 256 threads per SM the kernel is built for (at most 85 registers). Left to
+  /// itself ptxas gave the f64 kernel 48 registers and a spill on sm_80.
+  static constexpr int blocks_per_sm = 3;
+
+  int vector = 1;   ///< channels per thread
+  int lanes_c = 1;  ///< threads of a block across channels (blockDim.x)
+  int lanes_t = 1;  ///< threads of a block across tiles (blockDim.y)
+  index_t runs_per_row = 0, tiles_per_sample = 0, blocks_per_sample = 0, chunks = 0;
+  index_t taps = 0;  ///< R * S
+  /// Each filter read turned 180 degrees (tap t as tap R * S - 1 - t): backward data of a
+  /// stride-1 layer as the forward convolution of dy (conv::dgrad_as_fprop).
+  bool turned = false;
+
+  /// Channels of one chunk.
+  GPUBATCH_HOST_DEVICE index_t chunk() const { return index_t{lanes_c} * vector; }
+  /// Blocks along x: every sample's tiles.
+  GPUBATCH_HOST_DEVICE index_t blocks(index_t samples) const { return samples * blocks_per_sample; }
+  /// Dynamic shared memory of a block: the chunk's filters in the compute type.
+  GPUBATCH_HOST_DEVICE index_t shared_bytes(index_t compute_bytes) const {
+    return taps * chunk() * compute_bytes;
+  }
+
+  /// The tile of thread (thread_x, thread_y) of block (block_x, block_y); `active` is false
+  /// for a thread past the sample's last tile or the last channel.
+  GPUBATCH_HOST_DEVICE depthwise_tile tile(const conv2d_geometry& geo, std::uint32_t block_x,
+                                           std::uint32_t block_y, std::uint32_t thread_x,
+                                           std::uint32_t thread_y, bool& active) const {
+    // 32-bit division: the launch keeps the grid's tiles below 2^31 (see fits).
+    const auto per_sample = static_cast<std::uint32_t>(blocks_per_sample);
+    const std::uint32_t sample = block_x / per_sample;
+    const std::uint32_t tile = (block_x - sample * per_sample) * static_cast<std::uint32_t>(lanes_t) + thread_y;
+    const auto per_row = static_cast<std::uint32_t>(runs_per_row);
+    const std::uint32_t op = tile / per_row;
+    depthwise_tile t{static_cast<index_t>(sample), static_cast<index_t>(op),
+                     static_cast<index_t>(tile - op * per_row) * run,
+                     static_cast<index_t>(block_y) * chunk() + static_cast<index_t>(thread_x) * vector};
+    active = static_cast<index_t>(tile) < tiles_per_sample && t.channel < geo.k;
+    return t;
+  }
+
+  /// Whether a launch of this division of `geo` stays within CUDA's grid limits and the
+  /// kernel's 32-bit index math (tiles, and columns and offsets within an input row), and its
+  /// filters within shared memory.
+  GPUBATCH_HOST_DEVICE bool fits(const conv2d_geometry& geo, index_t compute_bytes) const {
+    const index_t limit = (index_t{1} << 31) - 1;
+    const index_t last_column = (geo.q + run) * geo.stride_w + geo.s * geo.dilation_w;
+    return chunks <= 65535 && blocks(geo.n) <= limit && blocks(geo.n) * lanes_t <= limit &&
+           geo.w * geo.c <= limit && last_column <= limit && geo.pad_w <= limit &&
+           shared_bytes(compute_bytes) <= max_shared_bytes;
+  }
+};
+
+/// The division of `geo` (NHWC, depthwise) for blocks of `threads` threads (a power of two, at
+/// least 32) at `vector` channels per thread, with filters of `compute_bytes` bytes per tap in
+/// shared memory. Threads across channels: the most (up to a warp, and chunk_bytes of a tap's
+/// filters) whose last chunk pads the channels by at most an eighth; 144 channels as 36
+/// vectors of 4 take 8 lanes (40 vectors' threads) rather than 32 (64).
+GPUBATCH_HOST_DEVICE depthwise_tiles make_depthwise_tiles(const conv2d_geometry& geo,
+                                                                 int threads, int vector,
+                                                                 index_t compute_bytes) {
+  depthwise_tiles t;
+  t.vector = vector;
+  const index_t vectors = ceil_div(geo.k, vector);
+  int lanes = 32;
+  while (lanes > 1 && index_t{lanes} * vector * compute_bytes > depthwise_tiles::chunk_bytes) {
+    lanes /= 2;
+  }
+  while (lanes > 1 && (ceil_div(vectors, lanes) * lanes - vectors) * 8 > vectors) lanes /= 2;
+  t.lanes_c = lanes;
+  t.lanes_t = threads / lanes;
+  t.runs_per_row = ceil_div(geo.q, depthwise_tiles::run);
+  t.tiles_per_sample = geo.p * t.runs_per_row;
+  t.blocks_per_sample = ceil_div(t.tiles_per_sample, t.lanes_t);
+  t.chunks = ceil_div(vectors, lanes);
+  t.taps = geo.r * geo.s;
+  return t;
+}
+
+}  // namespace detail::conv
+GPUBATCH_NAMESPACE_END
