@@ -5,6 +5,7 @@
 
 #include "../support/catch.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -122,4 +123,59 @@ TEST_CASE("depthwise tiles: filters beyond shared memory and grids beyond CUDA's
   // An input row of 2^31 elements or more: beyond the kernel's 32-bit offsets within a row.
   CHECK(fits(depthwise(1, 64, 1, index_t{1} << 24, 1, 1, 1, conv2d_params{}), 4));
   CHECK_FALSE(fits(depthwise(1, 128, 1, index_t{1} << 24, 1, 1, 1, conv2d_params{}), 4));
+}
+
+TEST_CASE("depthwise filter-gradient slices: every (pixel, channel) product once", "[conv]") {
+  const conv2d_params pad1 = conv2d_params{}.with_padding(1, 1);
+  struct layer {
+    conv::conv2d_geometry geo;
+    int sms;
+  };
+  const std::vector<layer> layers = {
+      {depthwise(32, 144, 56, 56, 1, 3, 3, pad1), 132},  // MobileNetV2 at batch 32, an H100
+      {depthwise(4, 48, 20, 20, 1, 3, 3, pad1), 132},
+      {depthwise(3, 12, 33, 31, 2, 5, 5, conv2d_params{}.with_padding(2, 2).with_stride(2, 2)), 2},
+      {depthwise(1, 33, 3, 3, 1, 3, 3, pad1), 132},  // too few pixels to slice
+  };
+  for (const layer& l : layers) {
+    const auto& geo = l.geo;
+    const conv::depthwise_wgrad_slices d = conv::make_depthwise_wgrad_slices(geo, geo.n, 256, l.sms);
+    INFO("k " << geo.k << " total " << d.total << " slices " << d.slices << " lanes " << d.lanes_c
+              << " x " << d.lanes_p);
+    REQUIRE(d.fits(geo));
+    REQUIRE(d.lanes_c * d.lanes_p == 256);
+    REQUIRE(d.total == geo.n * geo.pixels());
+    REQUIRE(d.slices >= 1);
+    // Slices grow only while every thread row keeps its minimum of pixels.
+    if (d.slices > 1) {
+      REQUIRE(d.per_slice >= d.lanes_p * conv::depthwise_wgrad_slices::min_pixels_per_thread - d.lanes_p);
+      REQUIRE(d.workspace_elements(geo) == d.slices * geo.k * geo.r * geo.s);
+    } else {
+      REQUIRE(d.workspace_elements(geo) == 0);
+    }
+    REQUIRE(d.chunks * d.lanes_c >= geo.k);
+    REQUIRE((d.chunks - 1) * d.lanes_c < geo.k);
+    // The pixels each (slice, thread row) walks, as the kernel bounds them.
+    std::vector<int> walked(static_cast<std::size_t>(d.total), 0);
+    for (index_t y = 0; y < d.slices; ++y) {
+      const index_t begin = y * d.per_slice, end = std::min(d.total, begin + d.per_slice);
+      REQUIRE(begin < d.total);  // no empty slice
+      for (index_t row = 0; row < d.lanes_p; ++row) {
+        for (index_t flat = begin + row; flat < end; flat += d.lanes_p) {
+          ++walked[static_cast<std::size_t>(flat)];
+        }
+      }
+    }
+    for (std::size_t i = 0; i < walked.size(); ++i) {
+      INFO("pixel " << i);
+      REQUIRE(walked[i] == 1);
+    }
+  }
+  // MobileNetV2's 56 x 56 x 144 layer at batch 32 on 132 SMs: 5 chunks of 32 channels (the
+  // last half full: 16 of 144 padded), and slices for 4 blocks per SM.
+  const auto big = conv::make_depthwise_wgrad_slices(layers[0].geo, 32, 256, 132);
+  CHECK(big.lanes_c == 32);
+  CHECK(big.chunks == 5);
+  CHECK(big.chunks * big.slices >= 4 * 132);
+  CHECK(big.chunks * big.slices < 4 * 132 + big.chunks);
 }

@@ -147,11 +147,46 @@ std::size_t backward_workspace_bytes(const conv::dgrad_batch<TDY, TW, TDX>& batc
 /// filters take the implicit GEMM.
 inline constexpr int depthwise_max_taps = 49;
 
+/// Filter rows and columns the sliced depthwise filter-gradient kernel keeps in registers (7 x 7).
+inline constexpr index_t depthwise_sliced_max_extent = 7;
+
 /// Input channels per group up to which backward data runs as direct loops rather than the
 /// implicit GEMM (as on the host): a dgrad GEMM N = C/g this narrow fills at most 4 of the SIMT
 /// tile's 64 columns (the stem's 3: 4.7%), and gathers the tile's rows once per column tile
 /// whatever N is, the zeros between strides included.
 inline constexpr index_t direct_dgrad_max_channels = 4;
+
+/// The sliced depthwise filter gradient (depthwise_wgrad_sliced_kernel), its slices added by
+/// the split-K reduction kernel, whose [slice][group][kg][R * S] layout is the workspace's
+/// [slice][K][R * S].
+template <class TX, class TDY, class TDW, class Compute>
+void launch_depthwise_wgrad_sliced(cudaStream_t stream, const conv::wgrad_batch<TX, TDY, TDW>& batch,
+                                   const conv::depthwise_wgrad_slices& slices, Compute* workspace,
+                                   Compute alpha, Compute beta) {
+  constexpr int threads = 256;
+  const dim3 grid(static_cast<unsigned>(slices.chunks), static_cast<unsigned>(slices.slices));
+  const dim3 block(static_cast<unsigned>(slices.lanes_c), static_cast<unsigned>(slices.lanes_p));
+  const launch_config config{grid, block, 0, stream};
+  // Registers for the taps the filter has: up to 3 x 3, 5 x 5 or 7 x 7.
+  const index_t extent = std::max(batch.geo.r, batch.geo.s);
+  if (extent <= 3) {
+    launch(depthwise_wgrad_sliced_kernel<threads, 3, TX, TDY, TDW, Compute>, config, batch,
+           slices, workspace, alpha, beta);
+  } else if (extent <= 5) {
+    launch(depthwise_wgrad_sliced_kernel<threads, 5, TX, TDY, TDW, Compute>, config, batch,
+           slices, workspace, alpha, beta);
+  } else {
+    launch(depthwise_wgrad_sliced_kernel<threads, depthwise_sliced_max_extent, TX, TDY, TDW,
+                                         Compute>,
+           config, batch, slices, workspace, alpha, beta);
+  }
+  GPUBATCH_CUDA_TRY(cudaGetLastError());
+  if (slices.slices > 1) {
+    const split_k<Compute> split{slices.slices, slices.per_slice, workspace, batch.count()};
+    launch_split_reduce(stream, batch, split, batch.gemm_m(), batch.gemm_n(), alpha, beta,
+                        epilogue::identity{});
+  }
+}
 
 /// Depthwise layers (one input channel per group) on their own kernels, and backward data of
 /// layers with at most direct_dgrad_max_channels input channels per group, unless a policy is
@@ -192,6 +227,36 @@ bool launch_depthwise_backward(cudaStream_t stream, const conv::dgrad_batch<TDY,
   return true;
 }
 
+/// The sliced depthwise filter gradient's division of `batch`, where it applies: an NHWC layer
+/// summed over its samples (per-sample gradients keep a block per filter), filters at most
+/// 7 x 7, with pixels, within the kernel's index math. Its slices need
+/// conv::depthwise_wgrad_slices::workspace_elements.
+template <class TX, class TDY, class TDW>
+std::optional<conv::depthwise_wgrad_slices> depthwise_wgrad_slicing(
+    const conv::wgrad_batch<TX, TDY, TDW>& batch) {
+  const conv::conv2d_geometry& geo = batch.geo;
+  if (!geo.nhwc() || batch.per_sample || geo.cg() != 1 || geo.r > depthwise_sliced_max_extent ||
+      geo.s > depthwise_sliced_max_extent) {
+    return std::nullopt;
+  }
+  const conv::depthwise_wgrad_slices slices =
+      conv::make_depthwise_wgrad_slices(geo, batch.samples, 256, sm_count());
+  if (slices.total <= 0 || !slices.fits(geo)) return std::nullopt;
+  return slices;
+}
+
+/// Workspace bytes of a filter gradient: the sliced depthwise kernel's partial sums where it
+/// applies, else the implicit GEMM's split.
+template <class Policy, class Compute, class TX, class TDY, class TDW>
+std::size_t backward_workspace_bytes(const conv::wgrad_batch<TX, TDY, TDW>& batch) {
+  if (std::is_void_v<Policy>) {
+    if (const auto slices = depthwise_wgrad_slicing(batch)) {
+      return static_cast<std::size_t>(slices->workspace_elements(batch.geo)) * sizeof(Compute);
+    }
+  }
+  return backward_workspace_bytes<Policy, Compute, conv::wgrad_batch<TX, TDY, TDW>>(batch);
+}
+
 template <class Policy, class TX, class TDY, class TDW, class Compute, class Epilogue>
 bool launch_depthwise_backward(cudaStream_t stream, const conv::wgrad_batch<TX, TDY, TDW>& batch,
                                Compute alpha, Compute beta, const Epilogue&,
@@ -200,6 +265,17 @@ bool launch_depthwise_backward(cudaStream_t stream, const conv::wgrad_batch<TX, 
   if (!std::is_void_v<Policy> || batch.geo.cg() != 1 || options.deterministic ||
       batch.geo.r * batch.geo.s > depthwise_max_taps) {
     return false;
+  }
+  // NHWC with the workspace the query reports: channels across a block's lanes, the pixels
+  // sliced across blocks (a block per filter reads x and dy a channel at a time, one element
+  // of every 32-byte sector it fetches).
+  if (const auto slices = depthwise_wgrad_slicing(batch)) {
+    const auto bytes = static_cast<std::size_t>(slices->workspace_elements(batch.geo)) * sizeof(Compute);
+    if (bytes == 0 || (options.workspace != nullptr && bytes <= options.workspace_bytes)) {
+      launch_depthwise_wgrad_sliced(stream, batch, *slices,
+                                    static_cast<Compute*>(options.workspace), alpha, beta);
+      return true;
+    }
   }
   constexpr int threads = 256;
   const index_t blocks = (batch.per_sample ? batch.samples : 1) * batch.geo.k;

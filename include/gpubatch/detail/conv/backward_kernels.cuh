@@ -9,6 +9,7 @@
 
 #include <gpubatch/config.hpp>
 #include <gpubatch/detail/conv/backward_problem.hpp>
+#include <gpubatch/detail/conv/depthwise_tiles.hpp>
 #include <gpubatch/detail/conv/problem.hpp>
 #include <gpubatch/detail/conv/radix_walk.hpp>
 #include <gpubatch/detail/gemm/problem.hpp>
@@ -142,6 +143,100 @@ GPUBATCH_KERNEL void __launch_bounds__(Threads)
     }
     store_output(batch.dx[geo.x_offset(sample, c, ih, iw)], acc, alpha, beta, epilogue, sample,
                  pixel, c);
+  }
+}
+
+/// Depthwise backward filter of an NHWC layer summed over its samples, sliced
+/// (conv::depthwise_wgrad_slices), for filters at most MaxS x MaxS: a thread takes one output
+/// channel (adjacent threads adjacent channels, so its reads of dy and x coalesce across the
+/// block's channel lanes) and strides through its block's slice of the output pixels with one
+/// partial sum per filter tap in registers; the block's thread rows are then added in row order
+/// through shared memory. One slice stores alpha * sum + beta * dw; several write their sums to
+/// `workspace` ([slice][K][R * S]) for split_k_reduce_kernel. Fixed order throughout.
+template <int Threads, int MaxS, class TX, class TDY, class TDW, class Compute>
+GPUBATCH_KERNEL void __launch_bounds__(Threads, 1)
+    depthwise_wgrad_sliced_kernel(conv::wgrad_batch<TX, TDY, TDW> batch,
+                                  conv::depthwise_wgrad_slices slices, Compute* workspace,
+                                  Compute alpha, Compute beta) {
+  __shared__ Compute partial[Threads];
+  const conv::conv2d_geometry& geo = batch.geo;
+  const int lane = static_cast<int>(threadIdx.x), row = static_cast<int>(threadIdx.y);
+  const index_t k = static_cast<index_t>(blockIdx.x) * slices.lanes_c + lane;
+  const bool real = k < geo.k;
+  // The channel's input channel: 32-bit division once (K < 2^31: the grid's chunks).
+  const auto multiplier = static_cast<std::uint32_t>(geo.kg());
+  const index_t c = real ? static_cast<std::uint32_t>(k) / multiplier : 0;
+  // 32-bit tap and in-sample offsets (depthwise_wgrad_slices::fits).
+  const auto height = static_cast<int>(geo.h), width = static_cast<int>(geo.w);
+  const auto filter_h = static_cast<int>(geo.r), filter_w = static_cast<int>(geo.s);
+  const auto pixel_stride = static_cast<int>(geo.c);
+  const auto dilation_h = static_cast<int>(geo.dilation_h), dilation_w = static_cast<int>(geo.dilation_w);
+  const int tap_row_step = dilation_h * width * pixel_stride, tap_step = dilation_w * pixel_stride;
+  Compute sums[MaxS][MaxS];
+#pragma unroll
+  for (int ir = 0; ir < MaxS; ++ir) {
+#pragma unroll
+    for (int is = 0; is < MaxS; ++is) sums[ir][is] = Compute(0);
+  }
+  const index_t begin = static_cast<index_t>(blockIdx.y) * slices.per_slice;
+  const index_t end = begin + slices.per_slice < slices.total ? begin + slices.per_slice : slices.total;
+  index_t flat = begin + row;
+  if (real && flat < end) {
+    // NHWC: the walk's (sample, p, q) elements are consecutive pixels of dy, K apart.
+    const TDY* d_at = batch.dy + (batch.first_sample * geo.pixels() + flat) * geo.k + k;
+    const index_t d_step = static_cast<index_t>(slices.lanes_p) * geo.k;
+    const index_t sample_size = geo.h * geo.w * geo.c;
+    const TX* const x_channel = batch.x + batch.first_sample * sample_size + c;
+    for (radix_walk<3> e(static_cast<std::uint32_t>(flat), static_cast<std::uint32_t>(slices.lanes_p),
+                         {geo.p, geo.q});
+         flat < end; e.advance(), flat += slices.lanes_p, d_at += d_step) {
+      const Compute d = convert<Compute>(*d_at);
+      const TX* const xs = x_channel + e.digit[0] * sample_size;
+      const auto ih0 = static_cast<int>(e.digit[1] * geo.stride_h - geo.pad_h);
+      const auto iw0 = static_cast<int>(e.digit[2] * geo.stride_w - geo.pad_w);
+      const int origin = (ih0 * width + iw0) * pixel_stride;  // below 0 in the padding
+#pragma unroll
+      for (int ir = 0; ir < MaxS; ++ir) {
+        if (ir >= filter_h) break;
+        const bool row_inside = static_cast<unsigned>(ih0 + ir * dilation_h) < static_cast<unsigned>(height);
+        const int row_offset = origin + ir * tap_row_step;
+#pragma unroll
+        for (int is = 0; is < MaxS; ++is) {
+          if (is >= filter_w) break;
+          // A tap in the padding reads the channel's first element of the sample instead (a
+          // line the block reads anyway) and adds nothing: no branch around the load, whose
+          // address math the compiler would otherwise repeat in every branch.
+          const bool inside =
+              row_inside && static_cast<unsigned>(iw0 + is * dilation_w) < static_cast<unsigned>(width);
+          const Compute v = convert<Compute>(xs[inside ? row_offset + is * tap_step : 0]);
+          sums[ir][is] += (inside ? d : Compute(0)) * v;
+        }
+      }
+    }
+  }
+  // Each tap's sums of the block's thread rows, added in row order by row 0.
+  const index_t window = geo.r * geo.s;
+#pragma unroll
+  for (int ir = 0; ir < MaxS; ++ir) {
+#pragma unroll
+    for (int is = 0; is < MaxS; ++is) {
+      if (ir < filter_h && is < filter_w) {
+        partial[row * slices.lanes_c + lane] = sums[ir][is];
+        __syncthreads();
+        if (row == 0 && real) {
+          Compute sum = Compute(0);
+          for (int r = 0; r < slices.lanes_p; ++r) sum += partial[r * slices.lanes_c + lane];
+          const index_t t = ir * filter_w + is;
+          if (slices.slices > 1) {
+            workspace[(static_cast<index_t>(blockIdx.y) * geo.k + k) * window + t] = sum;
+          } else {
+            // Depthwise filters have one input channel: a set is K x R x S.
+            store_output(batch.dw[k * window + t], sum, alpha, beta, epilogue::identity{}, 0, k, t);
+          }
+        }
+        __syncthreads();  // partial is reused by the next tap
+      }
+    }
   }
 }
 

@@ -1,6 +1,7 @@
 /// @file detail/conv/depthwise_tiles.hpp
-/// @brief How the CUDA kernel for NHWC depthwise layers divides a layer among blocks and
-/// threads; shared with the host tests, which check that every output is computed exactly once.
+/// @brief How the CUDA kernels for NHWC depthwise layers (forward, and the filter gradient)
+/// divide a layer among blocks and threads; shared with the host tests, which check that every
+/// output, and every (pixel, channel) product of the gradient, is computed exactly once.
 #pragma once
 
 #include <gpubatch/config.hpp>
@@ -8,6 +9,7 @@
 #include <gpubatch/detail/gemm/problem.hpp>
 #include <gpubatch/views.hpp>
 
+#include <algorithm>
 #include <cstdint>
 
 GPUBATCH_NAMESPACE_BEGIN
@@ -85,11 +87,18 @@ struct depthwise_tiles {
   }
 };
 
+/// Threads of a block across `vectors` channel vectors: the most, from `most` (a power of two)
+/// down, whose last chunk pads the vectors by at most an eighth; 144 channels as 36 vectors of
+/// 4 take 8 lanes (40 vectors' threads) rather than 32 (64).
+GPUBATCH_HOST_DEVICE int depthwise_channel_lanes(index_t vectors, int most) {
+  int lanes = most;
+  while (lanes > 1 && (ceil_div(vectors, lanes) * lanes - vectors) * 8 > vectors) lanes /= 2;
+  return lanes;
+}
+
 /// The division of `geo` (NHWC, depthwise) for blocks of `threads` threads (a power of two, at
 /// least 32) at `vector` channels per thread, with filters of `compute_bytes` bytes per tap in
-/// shared memory. Threads across channels: the most (up to a warp, and chunk_bytes of a tap's
-/// filters) whose last chunk pads the channels by at most an eighth; 144 channels as 36
-/// vectors of 4 take 8 lanes (40 vectors' threads) rather than 32 (64).
+/// shared memory: threads across channels up to a warp and chunk_bytes of a tap's filters.
 GPUBATCH_HOST_DEVICE depthwise_tiles make_depthwise_tiles(const conv2d_geometry& geo,
                                                                  int threads, int vector,
                                                                  index_t compute_bytes) {
@@ -100,7 +109,7 @@ GPUBATCH_HOST_DEVICE depthwise_tiles make_depthwise_tiles(const conv2d_geometry&
   while (lanes > 1 && index_t{lanes} * vector * compute_bytes > depthwise_tiles::chunk_bytes) {
     lanes /= 2;
   }
-  while (lanes > 1 && (ceil_div(vectors, lanes) * lanes - vectors) * 8 > vectors) lanes /= 2;
+  lanes = depthwise_channel_lanes(vectors, lanes);
   t.lanes_c = lanes;
   t.lanes_t = threads / lanes;
   t.runs_per_row = ceil_div(geo.q, depthwise_tiles::run);
@@ -109,6 +118,56 @@ GPUBATCH_HOST_DEVICE depthwise_tiles make_depthwise_tiles(const conv2d_geometry&
   t.chunks = ceil_div(vectors, lanes);
   t.taps = geo.r * geo.s;
   return t;
+}
+
+/// The division of an NHWC depthwise filter gradient, summed over `samples` samples, among
+/// CUDA blocks of lanes_c x lanes_p threads. Block (x, y) takes output channels [x * lanes_c,
+/// (x + 1) * lanes_c), one per thread across x, so adjacent threads read adjacent channels of x
+/// and dy; and slice y of the output pixels of all the samples (flattened as (sample, p, q)),
+/// elements [y * per_slice, (y + 1) * per_slice), which its thread rows stride through. With
+/// more than one slice each writes its partial sums to a workspace laid out [slice][K][R * S],
+/// which a second kernel adds in slice order.
+struct depthwise_wgrad_slices {
+  int lanes_c = 1, lanes_p = 1;
+  index_t chunks = 0, slices = 0, per_slice = 0, total = 0;
+  /// Blocks of 256 threads per SM the slices are sized to fill, 4 waves of them at most.
+  static constexpr index_t blocks_per_sm = 4;
+  /// Output pixels a thread sums at least before the slices stop growing.
+  static constexpr index_t min_pixels_per_thread = 16;
+
+  /// Workspace elements the partial sums take (none for one slice).
+  GPUBATCH_HOST_DEVICE index_t workspace_elements(const conv2d_geometry& geo) const {
+    return slices > 1 ? slices * geo.k * geo.r * geo.s : 0;
+  }
+  /// Whether the launch stays within CUDA's grid limits and the kernel's 32-bit index math:
+  /// the walk's start and stride, and offsets within a sample, which a tap's reach into the
+  /// padding on either side may take below 0 or past the sample.
+  GPUBATCH_HOST_DEVICE bool fits(const conv2d_geometry& geo) const {
+    const index_t limit = (index_t{1} << 31) - 1;
+    const index_t rows = geo.h + geo.pad_h + geo.p * geo.stride_h + geo.r * geo.dilation_h;
+    const index_t cols = geo.w + geo.pad_w + geo.q * geo.stride_w + geo.s * geo.dilation_w;
+    return chunks <= limit && slices <= 65535 && total + lanes_p <= limit && rows <= limit &&
+           cols <= limit && rows * cols <= limit / (geo.c > 0 ? geo.c : 1);
+  }
+};
+
+/// The division of `geo`'s filter gradient over `samples` samples for blocks of `threads`
+/// threads on a device of `sms` multiprocessors: slices enough for blocks_per_sm blocks per SM,
+/// but none so thin that a thread sums fewer than min_pixels_per_thread pixels.
+GPUBATCH_HOST_DEVICE depthwise_wgrad_slices make_depthwise_wgrad_slices(const conv2d_geometry& geo,
+                                                                        index_t samples,
+                                                                        int threads, int sms) {
+  depthwise_wgrad_slices d;
+  d.lanes_c = depthwise_channel_lanes(geo.k, 32);
+  d.lanes_p = threads / d.lanes_c;
+  d.chunks = ceil_div(geo.k, d.lanes_c);
+  d.total = samples * geo.pixels();
+  const index_t wanted = ceil_div(depthwise_wgrad_slices::blocks_per_sm * sms, d.chunks);
+  const index_t most = d.total / (d.lanes_p * depthwise_wgrad_slices::min_pixels_per_thread);
+  const index_t slices = std::max<index_t>(1, std::min(wanted, most));
+  d.per_slice = std::max<index_t>(1, ceil_div(d.total, slices));
+  d.slices = ceil_div(d.total, d.per_slice);
+  return d;
 }
 
 }  // namespace detail::conv
