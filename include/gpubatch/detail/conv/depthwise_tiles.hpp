@@ -130,7 +130,7 @@ GPUBATCH_HOST_DEVICE depthwise_tiles make_depthwise_tiles(const conv2d_geometry&
 struct depthwise_wgrad_slices {
   int lanes_c = 1, lanes_p = 1;
   index_t chunks = 0, slices = 0, per_slice = 0, total = 0;
-  /// Blocks of 256 threads per SM the slices are sized to fill, 4 waves of them at most.
+  /// Blocks per SM the slices aim for: a device of S multiprocessors gets about 4 S blocks.
   static constexpr index_t blocks_per_sm = 4;
   /// Output pixels a thread sums at least before the slices stop growing.
   static constexpr index_t min_pixels_per_thread = 16;
