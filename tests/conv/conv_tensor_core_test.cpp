@@ -1,9 +1,10 @@
 // The tensor-core convolution's gather, run on the host: every thread of a block stages its
 // chunks of one implicit-GEMM A tile exactly as the kernel does (memcpy standing in for
-// cp.async), and each slot must hold the im2col element the mapping gathers, zero in the padding
-// and past the edges — NHWC (whole 16-byte chunks where the channels allow) and NCHW (staged
-// M-major: whole chunks of output columns where the input rows allow), with stride, dilation,
-// asymmetric padding and groups.
+// cp.async, memset its zero fill), and each slot must hold the im2col element the mapping
+// gathers, zero in the padding and past the edges — NHWC (whole 16-byte chunks where the
+// channels allow, the padding zero-filled by the same copy) and NCHW (staged M-major: whole
+// chunks of output columns where the input rows allow), with stride, dilation, asymmetric
+// padding and groups.
 #include <gpubatch/detail/conv/problem.hpp>
 #include <gpubatch/detail/gemm/tensor_core.hpp>
 #include <gpubatch/gemm_policy.hpp>
@@ -29,10 +30,17 @@ struct layer {
   gpubatch::conv2d_params params;
 };
 
+/// How the chunks of a gather were staged.
+struct staged_chunks {
+  int whole = 0;     ///< copied from the input
+  int zeros = 0;     ///< zero-filled (padding, rows or reduction indices past the operand)
+  int elements = 0;  ///< element by element
+};
+
 /// Stages every A tile of group `group` of `l`, laid out as `Staging`, and checks it; returns
-/// the whole-chunk copies.
+/// how its chunks were staged.
 template <class Policy, tc::staging Staging = tc::staging::k_major>
-int check_gather(const layer& l, tensor_layout order, index_t group, index_t x_offset) {
+staged_chunks check_gather(const layer& l, tensor_layout order, index_t group, index_t x_offset) {
   using G = tc::geometry<Policy, half, Staging>;
   using mapping = conv::fprop_gemm<half, half, float>;
   using source = tc::gather_source<mapping, const half>;
@@ -50,12 +58,17 @@ int check_gather(const layer& l, tensor_layout order, index_t group, index_t x_o
   const mapping g{geo, x, nullptr, nullptr, group, 0, l.n, 0, false};
   const source a = source::make(g, G::vector);
 
-  int whole_chunks = 0;
-  const auto copy16 = [&](half* dst, const half* src) {
+  staged_chunks staged;
+  const auto copy16 = [&](half* dst, const half* src, bool zero) {
     REQUIRE(tc::aligned16(src));
     REQUIRE(tc::aligned16(dst));
-    std::memcpy(static_cast<void*>(dst), static_cast<const void*>(src), 16);
-    ++whole_chunks;
+    if (zero) {
+      std::memset(static_cast<void*>(dst), 0, 16);
+      ++staged.zeros;
+    } else {
+      std::memcpy(static_cast<void*>(dst), static_cast<const void*>(src), 16);
+      ++staged.whole;
+    }
   };
   half poison;
   std::memset(static_cast<void*>(&poison), 0x5a, sizeof poison);
@@ -66,6 +79,7 @@ int check_gather(const layer& l, tensor_layout order, index_t group, index_t x_o
         const tc::operand_stager<typename G::a_layout, G::threads, source> stager(a, tile_row, thread);
         stager.stage(a, k0, thread, tile.data(), copy16);
       }
+      staged.elements += G::a_layout::chunks;
       for (int r = 0; r < G::bm; ++r) {
         const auto cursor = g.row(tile_row + r);
         for (int kk = 0; kk < G::bk; ++kk) {
@@ -78,7 +92,8 @@ int check_gather(const layer& l, tensor_layout order, index_t group, index_t x_o
       }
     }
   }
-  return whole_chunks;
+  staged.elements -= staged.whole + staged.zeros;
+  return staged;
 }
 
 }  // namespace
@@ -100,20 +115,23 @@ TEST_CASE("tensor-core gather of NHWC and NCHW convolutions", "[conv][tensor_cor
   for (const auto& l : layers) {
     for (const tensor_layout order : {tensor_layout::nhwc, tensor_layout::nchw}) {
       for (const index_t offset : {index_t{0}, index_t{1}}) {
-        // K-major (as NHWC is staged): whole chunks of channels.
-        const int whole = check_gather<policy>(l, order, 0, offset);
+        // K-major (as NHWC is staged): whole chunks of channels, and with them every chunk of
+        // the padding zero-filled (a chunk's channels share one tap): none element by element.
+        const staged_chunks k_major = check_gather<policy>(l, order, 0, offset);
         const bool chunked = order == tensor_layout::nhwc && l.c % 8 == 0 && offset == 0;
-        CHECK((whole > 0) == chunked);
+        CHECK((k_major.whole > 0) == chunked);
+        CHECK((k_major.elements == 0) == chunked);
+        CHECK((k_major.zeros > 0) == chunked);  // every layer has padding or a tile's tail
         // M-major (as NCHW is staged): whole chunks of output columns.
-        const int lines = check_gather<policy, tc::staging::mn_major>(l, order, 0, offset);
+        const staged_chunks m_major = check_gather<policy, tc::staging::mn_major>(l, order, 0, offset);
         const bool lined = order == tensor_layout::nchw && l.w % 8 == 0 && offset == 0 &&
                            l.params.stride_w == 1;
-        CHECK((lines > 0) == lined);
+        CHECK((m_major.whole > 0) == lined);
       }
     }
   }
   // 1x1, stride 1, NCHW with rows of 16: every chunk of the (2 * 6 * 16) x 16 gather is one copy.
-  CHECK(check_gather<policy, tc::staging::mn_major>(layers[5], tensor_layout::nchw, 0, 0) ==
+  CHECK(check_gather<policy, tc::staging::mn_major>(layers[5], tensor_layout::nchw, 0, 0).whole ==
         2 * 6 * 16 / 8 * 16);
 }
 
@@ -121,11 +139,11 @@ TEST_CASE("tensor-core gather of a grouped convolution", "[conv][tensor_core]") 
   using policy = gpubatch::tensor_core_policy<32, 32, 32, 2, 2>;
   const layer l{2, 32, 6, 6, 8, 3, 3, gpubatch::conv2d_params{}.with_padding(1, 1).with_groups(2)};
   for (const index_t group : {index_t{0}, index_t{1}}) {
-    CHECK(check_gather<policy>(l, tensor_layout::nhwc, group, 0) > 0);  // 16 channels per group
+    CHECK(check_gather<policy>(l, tensor_layout::nhwc, group, 0).elements == 0);  // 16 per group
     check_gather<policy>(l, tensor_layout::nchw, group, 0);
     check_gather<policy, tc::staging::mn_major>(l, tensor_layout::nchw, group, 0);
   }
   // 4 groups of 8 channels: whole chunks; 8 groups of 4: element by element.
-  CHECK(check_gather<policy>({2, 32, 6, 6, 8, 3, 3, l.params.with_groups(4)}, tensor_layout::nhwc, 3, 0) > 0);
-  CHECK(check_gather<policy>({2, 32, 6, 6, 8, 3, 3, l.params.with_groups(8)}, tensor_layout::nhwc, 5, 0) == 0);
+  CHECK(check_gather<policy>({2, 32, 6, 6, 8, 3, 3, l.params.with_groups(4)}, tensor_layout::nhwc, 3, 0).elements == 0);
+  CHECK(check_gather<policy>({2, 32, 6, 6, 8, 3, 3, l.params.with_groups(8)}, tensor_layout::nhwc, 5, 0).whole == 0);
 }

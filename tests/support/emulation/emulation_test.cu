@@ -50,6 +50,18 @@ __global__ void neighbour_kernel(const float* in, float* out, staging how) {
   out[t] = stage[4 * ((t + 1) % n)];
 }
 
+/// Each thread stages 4 floats with cp.async, zero-filling the last `zfill_floats`, and copies
+/// its own stage out.
+__global__ void zero_fill_kernel(const float* in, float* out, int zfill_floats) {
+  GPUBATCH_DYNAMIC_SHARED(float, stage, 16);
+  const int t = static_cast<int>(threadIdx.x);
+  __pipeline_memcpy_async(stage + 4 * t, in + 4 * t, 16,
+                          static_cast<std::size_t>(zfill_floats) * sizeof(float));
+  __pipeline_commit();
+  __pipeline_wait_prior(0);
+  for (int i = 0; i < 4; ++i) out[4 * t + i] = stage[4 * t + i];
+}
+
 __global__ void divergent_barrier_kernel(float* out) {
   if (threadIdx.x < 32) __syncthreads();
   out[threadIdx.x] = 1.0F;
@@ -107,6 +119,28 @@ TEST_CASE("emulated cp.async: data lands at the wait, and reaches other threads 
   // Copies never waited for fail the launch.
   launch(neighbour_kernel, config, in.data(), out.data(), staging::not_waited);
   expect_failed_context(s, cudaErrorLaunchFailure);
+}
+
+TEST_CASE("emulated cp.async: a zero fill reads only the bytes before it", "[emulation]") {
+  const gpubatch::cuda_stream s;
+  constexpr int threads = 32;
+  std::vector<float> values(4 * threads);
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = 0.5F + static_cast<float>(i);
+  gpubatch::device_buffer<float> in(values.size(), s.exec()), out(values.size(), s.exec());
+  GPUBATCH_CUDA_TRY(cudaMemcpyAsync(in.data(), values.data(), values.size() * sizeof(float),
+                                    cudaMemcpyHostToDevice, s.get()));
+  const launch_config config{1, threads, 4 * threads * sizeof(float), s.get()};
+  for (const int zfill : {0, 1, 2, 4}) {
+    INFO("zero-filled floats " << zfill);
+    launch(zero_fill_kernel, config, in.data(), out.data(), zfill);
+    const auto got = download(out.data(), values.size(), s);
+    for (std::size_t i = 0; i < values.size(); ++i) {
+      CHECK(got[i] == (static_cast<int>(i % 4) < 4 - zfill ? values[i] : 0.0F));
+    }
+  }
+  // A fill of all 16 bytes reads nothing, but still names device memory.
+  launch(zero_fill_kernel, launch_config{1, 1, 16, s.get()}, values.data(), out.data(), 4);
+  expect_failed_context(s, cudaErrorIllegalAddress);
 }
 
 TEST_CASE("emulated barriers: a divergent __syncthreads fails the launch", "[emulation]") {

@@ -246,9 +246,14 @@ struct fprop_gemm {
   /// Element (kk, j) of B: filter j's element kk (never null for forward propagation).
   GPUBATCH_HOST_DEVICE const TW* b(index_t kk, index_t j) const { return w + j * k() + kk; }
 
-  /// Output element (i, j).
+  /// Output element (i, j). NHWC rows are the pixels of consecutive samples, each K channels
+  /// long, so an epilogue finds its outputs without the 64-bit division per element that
+  /// splitting the row into sample and pixel costs.
   GPUBATCH_HOST_DEVICE TY& c(index_t i, index_t j) const {
     const index_t pixels = geo.pixels();
+    if (geo.nhwc()) {
+      return y[(first_sample * pixels + i) * geo.k + group * geo.kg() + j];
+    }
     return y[geo.y_offset(first_sample + i / pixels, group * geo.kg() + j, i % pixels)];
   }
 

@@ -68,11 +68,22 @@ struct fragments<float> : fragment_types<nvcuda::wmma::precision::tf32, float, 8
   }
 };
 
-/// One 16-byte asynchronous global-to-shared copy (cp.async), completing at the next wait.
+/// One 16-byte asynchronous global-to-shared copy (cp.async, cached in L1 as
+/// __pipeline_memcpy_async's), completing at the next wait; with `zero` it reads no byte of
+/// `global_src` and fills the 16 bytes with zeros. The source size is a register operand, so
+/// both cases are one instruction and a warp staging a convolution's padding beside its inside
+/// does not diverge.
 struct async_copy16 {
   template <class T>
-  GPUBATCH_DEVICE void operator()(T* shared_dst, const T* global_src) const {
-    __pipeline_memcpy_async(shared_dst, global_src, 16);
+  GPUBATCH_DEVICE void operator()(T* shared_dst, const T* global_src, bool zero) const {
+#if defined(__CUDA_ARCH__)
+    const auto dst = static_cast<unsigned>(__cvta_generic_to_shared(shared_dst));
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(global_src),
+                 "r"(zero ? 0u : 16u)
+                 : "memory");
+#else
+    __pipeline_memcpy_async(shared_dst, global_src, 16, zero ? 16 : 0);
+#endif
   }
 };
 

@@ -11,7 +11,8 @@
 /// fragments), M/N-major for a source whose rows are contiguous (one line of the tile's rows per
 /// reduction index, read as column-major A or row-major B fragments). A chunk is copied with one
 /// asynchronous 16-byte copy when the source allows it (contiguous, aligned, wholly inside the
-/// operand); otherwise element by element, zero outside the operand.
+/// operand); a convolution gather's chunk wholly in the padding or past the operand is
+/// zero-filled by the same copy; any other chunk goes element by element, zero outside.
 #pragma once
 
 #include <gpubatch/config.hpp>
@@ -225,6 +226,17 @@ GPUBATCH_HOST_DEVICE bool aligned16(const T* p) {
   return reinterpret_cast<std::uintptr_t>(p) % 16 == 0;
 }
 
+/// Where a 16-byte chunk of an operand tile comes from: copied whole from `data`; zero-filled
+/// when `zero` (`data` then names an aligned element of the operand, of which the copy reads
+/// nothing: a copy with no source bytes fills its destination with zeros, which is how the
+/// padding of a convolution costs the same copy as its inside); element by element when `data`
+/// is null.
+template <class T>
+struct chunk_piece {
+  const T* data;
+  bool zero;
+};
+
 /// One GEMM operand as `rows` x `k` (rows = m for A, n for B): element (r, kk) at
 /// data[r * row_stride + kk * k_stride].
 template <class T>
@@ -266,20 +278,25 @@ struct matrix_source {
   GPUBATCH_HOST_DEVICE const T* element(const cursor& c, index_t kk) const {
     return c.row != nullptr && kk < k ? c.row + kk * k_stride : nullptr;
   }
-  /// The `vector` elements from (row, kk) on along K as one aligned, in-bounds piece, or null.
-  GPUBATCH_HOST_DEVICE const T* chunk(const cursor& c, index_t kk, int vector) const {
-    return vectorizable && c.row != nullptr && kk + vector <= k ? c.row + kk : nullptr;
+  /// The `vector` elements from (row, kk) on along K as one aligned, in-bounds piece, else
+  /// element by element. (A matrix's chunks past its edges are zero-filled only by the
+  /// element-wise path: doing it with the copy cost the grouped kernels, already at their
+  /// register budget, a spill.)
+  GPUBATCH_HOST_DEVICE chunk_piece<T> chunk(const cursor& c, index_t kk, int vector) const {
+    return {vectorizable && c.row != nullptr && kk + vector <= k ? c.row + kk : nullptr, false};
   }
   /// Element (row + e, kk) (M/N-major staging), or null outside the operand.
   GPUBATCH_HOST_DEVICE const T* line_element(const cursor& c, int e, index_t kk) const {
     return c.row != nullptr && e < c.left && kk < k ? c.row + e * row_stride + kk * k_stride
                                                     : nullptr;
   }
-  /// The `vector` rows from (row, kk) on as one aligned, in-bounds piece, or null.
-  GPUBATCH_HOST_DEVICE const T* line_chunk(const cursor& c, index_t kk, int vector) const {
-    return lines_vectorizable && c.row != nullptr && c.left >= vector && kk < k
-               ? c.row + kk * k_stride
-               : nullptr;
+  /// The `vector` rows from (row, kk) on as one aligned, in-bounds piece, else element by
+  /// element.
+  GPUBATCH_HOST_DEVICE chunk_piece<T> line_chunk(const cursor& c, index_t kk, int vector) const {
+    return {lines_vectorizable && c.row != nullptr && c.left >= vector && kk < k
+                ? c.row + kk * k_stride
+                : nullptr,
+            false};
   }
 };
 
@@ -330,13 +347,15 @@ struct gather_source {
     const index_t run = mapping.a_run(r);
     return {mapping.row(r), r, static_cast<int>(run < (index_t{1} << 30) ? run : index_t{1} << 30)};
   }
-  /// The `vector` rows from the line's first on at kk as one aligned piece, or null.
-  GPUBATCH_HOST_DEVICE const T* line_chunk(const line_cursor& c, index_t kk, int vector) const {
+  /// The `vector` rows from the line's first on at kk as one aligned piece, else element by
+  /// element (as matrix_source::line_chunk).
+  GPUBATCH_HOST_DEVICE chunk_piece<T> line_chunk(const line_cursor& c, index_t kk,
+                                                 int vector) const {
     if (!lines_vectorizable || c.run < vector || kk >= k) {
-      return nullptr;
+      return {nullptr, false};
     }
     const T* const p = mapping.a_line(c.row, kk, vector);
-    return p != nullptr && aligned16(p) ? p : nullptr;
+    return {p != nullptr && aligned16(p) ? p : nullptr, false};
   }
   /// Element (first + e, kk), or null in the padding or outside the operand.
   GPUBATCH_HOST_DEVICE const T* line_element(const line_cursor& c, int e, index_t kk) const {
@@ -350,9 +369,16 @@ struct gather_source {
   GPUBATCH_HOST_DEVICE const T* element(const cursor& c, index_t kk) const {
     return kk < k ? mapping.a(c, kk) : nullptr;
   }
-  /// Null in the zero padding too: the element-wise path then fills the chunk with zeros.
-  GPUBATCH_HOST_DEVICE const T* chunk(const cursor& c, index_t kk, int vector) const {
-    return vectorizable && kk + vector <= k ? mapping.a(c, kk) : nullptr;
+  /// With whole chunks (vectorizable: channels per group a multiple of `vector`, so K is one
+  /// too and a chunk's channels share one filter tap) a chunk is either inside the input or
+  /// wholly in its zero padding (or past the rows or K): one copy either way, so a warp whose
+  /// rows reach an image border stages as fast as one inside it.
+  GPUBATCH_HOST_DEVICE chunk_piece<T> chunk(const cursor& c, index_t kk, int vector) const {
+    if (!vectorizable || (kk < k && kk + vector > k)) {
+      return {nullptr, false};
+    }
+    const T* const p = kk < k ? mapping.a(c, kk) : nullptr;
+    return p != nullptr ? chunk_piece<T>{p, false} : chunk_piece<T>{mapping.x, true};
   }
 };
 
@@ -391,7 +417,8 @@ struct operand_stager {
   }
 
   /// Copies this thread's chunks of the K step starting at k0 into the stage at `tile`:
-  /// `copy16(dst, src)` for whole chunks, element by element (zero outside) for the rest.
+  /// `copy16(dst, src, zero)` for whole chunks and wholly outside ones (zero-filled), element by
+  /// element (zero outside) for the rest.
   template <class Copy16>
   GPUBATCH_HOST_DEVICE void stage(const Source& source, index_t k0, int thread,
                                   std::remove_const_t<typename Source::element_type>* tile,
@@ -405,14 +432,15 @@ struct operand_stager {
       T* const dst = tile + destination[kept_i] + i * lines_apart * Layout::ld;
       const index_t kk = k0 + first_k[kept_i] + i * lines_apart;
       const cursor_type& at = cursor[kept_i];
-      const T* whole = nullptr;
-      if constexpr (Layout::k_major) {
-        whole = source.chunk(at, kk, Layout::vector);
-      } else {
-        whole = source.line_chunk(at, kk, Layout::vector);
-      }
-      if (whole != nullptr) {
-        copy16(dst, whole);
+      const auto whole = [&] {
+        if constexpr (Layout::k_major) {
+          return source.chunk(at, kk, Layout::vector);
+        } else {
+          return source.line_chunk(at, kk, Layout::vector);
+        }
+      }();
+      if (whole.data != nullptr) {
+        copy16(dst, whole.data, whole.zero);
         continue;
       }
       // The edge path (ragged edges, padding, unaligned or strided operands): kept rolled so it

@@ -1,6 +1,7 @@
 // cp.async (the pipeline primitives) on the emulated device. A copy is checked when issued
 // (4, 8 or 16 bytes, both addresses aligned to the size, source in device memory, destination in
-// the block's shared memory), its destination is poisoned at once, and its data lands only at the
+// the block's shared memory; the last `zfill` bytes are zeros, not read from the source), its
+// destination is poisoned at once, and its data lands only at the
 // __pipeline_wait_prior that completes its group: reading a stage before waiting for it, or
 // without the barrier after the wait, reads poison (or is a race under ThreadSanitizer).
 #pragma once
@@ -14,11 +15,7 @@ inline void __pipeline_memcpy_async(void* dst_shared, const void* src_global,
                                     std::size_t size_and_align, std::size_t zfill = 0,
                                     const char* file = __builtin_FILE(),
                                     int line = __builtin_LINE()) {
-  if (zfill != 0) {
-    gpubatch_emu::device_fault(cudaErrorNotSupported, file, line,
-                               "__pipeline_memcpy_async: zero fill is not emulated");
-  }
-  gpubatch_emu::async_copy_issue(dst_shared, src_global, size_and_align, file, line);
+  gpubatch_emu::async_copy_issue(dst_shared, src_global, size_and_align, zfill, file, line);
   std::memset(dst_shared, 0xff, size_and_align);  // in flight: the data is not there yet
 }
 

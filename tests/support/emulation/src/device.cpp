@@ -438,7 +438,8 @@ bool is_shared(const void* p, std::size_t bytes) {
 
 bool is_global(const void* p, std::size_t bytes) { return memory_kind(p, bytes) != 0; }
 
-void async_copy_issue(void* dst, const void* src, std::size_t size, const char* file, int line) {
+void async_copy_issue(void* dst, const void* src, std::size_t size, std::size_t zfill,
+                      const char* file, int line) {
   cuda_thread* t = running_thread();
   if (t == nullptr) outside_kernel("__pipeline_memcpy_async", file, line);
   const auto at = [&] { return std::string(" at ") + file + ":" + std::to_string(line); };
@@ -455,7 +456,13 @@ void async_copy_issue(void* dst, const void* src, std::size_t size, const char* 
     EMU_FAULT(cudaErrorIllegalAddress,
                "cp.async destination is not in the block's dynamic shared memory" + at());
   }
-  if (!is_global(src, size)) {
+  if (zfill > size) {
+    EMU_FAULT(cudaErrorInvalidValue, "cp.async zero-filling " + std::to_string(zfill) +
+                                          " of its " + std::to_string(size) + " bytes" + at());
+  }
+  // A copy that reads no byte (all zero fill) still names a device address, as real code must:
+  // the source is checked for its first byte even then.
+  if (!is_global(src, size - zfill > 0 ? size - zfill : 1)) {
     EMU_FAULT(cudaErrorIllegalAddress, "cp.async source is not in device memory" + at());
   }
   copy_queue& q = t->copies;
@@ -467,7 +474,8 @@ void async_copy_issue(void* dst, const void* src, std::size_t size, const char* 
   landing& l = q.copies[q.tail % copy_queue::capacity];
   l.dst = dst;
   l.size = size;
-  copy_bytes(l.bytes, src, size);
+  copy_bytes(l.bytes, src, size - zfill);
+  for (std::size_t i = size - zfill; i < size; ++i) l.bytes[i] = 0;
   q.group[q.tail % copy_queue::capacity] = q.next_group;
   ++q.tail;
 }

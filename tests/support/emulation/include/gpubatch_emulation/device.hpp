@@ -76,7 +76,8 @@ struct landing {
   unsigned char bytes[16];
   std::size_t size;
 };
-void async_copy_issue(void* dst, const void* src, std::size_t size, const char* file, int line);
+void async_copy_issue(void* dst, const void* src, std::size_t size, std::size_t zfill,
+                      const char* file, int line);
 void async_copy_commit();
 /// The copies of every committed group older than the newest `keep`, oldest first, removed
 /// from the thread's pending list; the caller writes them (so sanitizers see the writes).
