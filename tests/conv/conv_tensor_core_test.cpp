@@ -2,7 +2,8 @@
 // chunks of one implicit-GEMM A tile exactly as the kernel does (memcpy standing in for
 // cp.async, memset its zero fill), and each slot must hold the im2col element the mapping
 // gathers, zero in the padding and past the edges — NHWC (whole 16-byte chunks where the
-// channels allow, the padding zero-filled by the same copy) and NCHW (staged M-major: whole
+// channels allow, the padding zero-filled by the same copy, and a K step's filter tap decoded
+// once for all its chunks where the channels are whole K steps) and NCHW (staged M-major: whole
 // chunks of output columns where the input rows allow), with stride, dilation, asymmetric
 // padding and groups.
 #include <gpubatch/detail/conv/problem.hpp>
@@ -56,7 +57,13 @@ staged_chunks check_gather(const layer& l, tensor_layout order, index_t group, i
   const auto values = gpubatch::test::random_inputs<half>(static_cast<std::size_t>(l.n * l.c * l.h * l.w), 11);
   std::copy(values.begin(), values.end(), x);
   const mapping g{geo, x, nullptr, nullptr, group, 0, l.n, 0, false};
-  const source a = source::make(g, G::vector);
+  const source a = source::make(g, G::vector, G::bk);
+  // A K step's chunks share its filter tap when the group's channels are whole K steps.
+  CHECK(a.tap_steps == (order == tensor_layout::nhwc && a.vectorizable && geo.cg() % G::bk == 0));
+  if (order == tensor_layout::nhwc && l.c % l.params.groups == 0 && geo.cg() % G::bk == 0 &&
+      x_offset == 0) {
+    CHECK(a.tap_steps);
+  }
 
   staged_chunks staged;
   const auto copy16 = [&](half* dst, const half* src, bool zero) {
@@ -101,7 +108,7 @@ staged_chunks check_gather(const layer& l, tensor_layout order, index_t group, i
 TEST_CASE("tensor-core gather of NHWC and NCHW convolutions", "[conv][tensor_core]") {
   using policy = gpubatch::tensor_core_policy<64, 32, 32, 4, 3>;
   const auto base = gpubatch::conv2d_params{};
-  const std::array<layer, 9> layers{{
+  const std::array<layer, 12> layers{{
       {2, 16, 7, 9, 8, 3, 3, base.with_padding(1, 1)},                         // 3x3, same padding
       {1, 32, 11, 6, 4, 3, 3, base.with_padding(0, 2, 1, 0).with_stride(2, 2)}, // asymmetric, stride 2
       {2, 8, 9, 9, 8, 3, 3, base.with_padding(2, 2).with_dilation(2, 2)},        // dilation
@@ -111,6 +118,10 @@ TEST_CASE("tensor-core gather of NHWC and NCHW convolutions", "[conv][tensor_cor
       {1, 8, 5, 16, 8, 3, 3, base.with_padding(1, 1)},        // 3x3: the centre column's taps whole
       {2, 8, 5, 16, 8, 3, 3, base.with_padding(1, 1).with_stride(1, 2)},  // column stride 2: none
       {1, 8, 3, 16, 8, 1, 9, base.with_padding(0, 0, 0, 8)},  // aligned runs that leave the row
+      // Channels a whole number of K steps (32): each step's chunks share one decoded tap.
+      {2, 64, 6, 7, 8, 3, 3, base.with_padding(1, 1)},
+      {1, 96, 9, 16, 8, 3, 3, base.with_padding(2, 0, 1, 2).with_stride(2, 1).with_dilation(2, 2)},
+      {3, 32, 4, 5, 8, 1, 1, base},
   }};
   for (const auto& l : layers) {
     for (const tensor_layout order : {tensor_layout::nhwc, tensor_layout::nchw}) {
@@ -143,7 +154,28 @@ TEST_CASE("tensor-core gather of a grouped convolution", "[conv][tensor_core]") 
     check_gather<policy>(l, tensor_layout::nchw, group, 0);
     check_gather<policy, tc::staging::mn_major>(l, tensor_layout::nchw, group, 0);
   }
+  // 2 groups of 32 channels: whole K steps of one tap each.
+  CHECK(check_gather<policy>({1, 64, 5, 6, 8, 3, 3, l.params}, tensor_layout::nhwc, 1, 0).elements == 0);
   // 4 groups of 8 channels: whole chunks; 8 groups of 4: element by element.
   CHECK(check_gather<policy>({2, 32, 6, 6, 8, 3, 3, l.params.with_groups(4)}, tensor_layout::nhwc, 3, 0).elements == 0);
   CHECK(check_gather<policy>({2, 32, 6, 6, 8, 3, 3, l.params.with_groups(8)}, tensor_layout::nhwc, 5, 0).whole == 0);
+}
+
+TEST_CASE("tensor-core gather: K steps decode one tap only where 32 bits hold a sample",
+          "[conv][tensor_core]") {
+  using mapping = conv::fprop_gemm<half, half, float>;
+  const auto steps = [](index_t c, index_t h, index_t w, tensor_layout order,
+                        gpubatch::conv2d_params p = gpubatch::conv2d_params{}.with_padding(1, 1)) {
+    const mapping g{conv::make_geometry(1, c, h, w, 8, 3, 3, p, order), nullptr, nullptr, nullptr,
+                    0, 0, 1, 0, false};
+    return g.a_steps_within_taps(32);
+  };
+  CHECK(steps(64, 56, 56, tensor_layout::nhwc));
+  CHECK_FALSE(steps(64, 56, 56, tensor_layout::nchw));
+  CHECK_FALSE(steps(48, 56, 56, tensor_layout::nhwc));  // a K step would cross a tap
+  CHECK(steps(32, 1 << 13, (1 << 13) - 1, tensor_layout::nhwc));  // just under 2^31 elements
+  CHECK_FALSE(steps(64, 1 << 13, 1 << 13, tensor_layout::nhwc));   // 2^32 elements per sample
+  CHECK_FALSE(steps(32, 1, 1 << 30, tensor_layout::nhwc));         // a row past 2^30
+  CHECK_FALSE(steps(32, 8, 8, tensor_layout::nhwc,
+                    gpubatch::conv2d_params{}.with_padding(1, 1).with_dilation(1 << 29, 1)));
 }

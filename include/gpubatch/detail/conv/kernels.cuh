@@ -186,7 +186,7 @@ GPUBATCH_KERNEL void __launch_bounds__(Policy::threads, Policy::min_blocks_per_s
   }
   GPUBATCH_DYNAMIC_SHARED(unsigned char, tensor_core_conv_shared, 128);
   // Forward propagation's B is the filter memory read as is: n filters of k elements.
-  const auto a = tensor_core::gather_source<mapping, const TX>::make(g, G::vector);
+  const auto a = tensor_core::gather_source<mapping, const TX>::make(g, G::vector, G::bk);
   const auto b = tensor_core::matrix_source<TW>::make(g.b(0, 0), n, k, k, 1);
   const bool cols_contiguous = n > 1 && &g.c(tile_row, 1) - &g.c(tile_row, 0) == 1;
   const auto* const c_tile =

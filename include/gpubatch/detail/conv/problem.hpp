@@ -243,6 +243,45 @@ struct fprop_gemm {
     return a_line(cur, kk, 1);
   }
 
+  /// Whether every run of `step` reduction indices starting at a multiple of it lies in one
+  /// filter tap (NHWC, channels per group a multiple of `step`), so that a K step of the
+  /// gather decodes its tap once for all its rows (a_tap, a_in_tap), and whether a sample's
+  /// input positions and offsets fit the 32 bits a_in_tap computes them in.
+  GPUBATCH_HOST_DEVICE bool a_steps_within_taps(index_t step) const {
+    constexpr index_t limit = index_t{1} << 30;
+    const bool small = geo.h < limit && geo.w < limit && geo.pad_h < limit &&
+                       geo.pad_w < limit && (geo.r - 1) * geo.dilation_h < limit &&
+                       (geo.s - 1) * geo.dilation_w < limit &&
+                       (geo.p - 1) * geo.stride_h < limit && (geo.q - 1) * geo.stride_w < limit &&
+                       geo.c > 0 && geo.h * geo.w < 2 * limit / geo.c;
+    return geo.nhwc() && small && step > 0 && geo.cg() % step == 0;
+  }
+
+  /// The filter tap of a K step, as offsets from a row's input origin, and its first channel.
+  struct tap {
+    int dh, dw;
+    int channel;
+  };
+  /// The tap of the K step starting at k0 (a_steps_within_taps).
+  GPUBATCH_HOST_DEVICE tap a_tap(index_t k0) const {
+    index_t ic, ir, is;
+    geo.decode_filter_index(k0, ic, ir, is);
+    return {static_cast<int>(ir * geo.dilation_h), static_cast<int>(is * geo.dilation_w),
+            static_cast<int>(ic)};
+  }
+  /// Element (row, k0 + j) of A for the K step of tap `t` (j within the step), or null in the
+  /// zero padding or past the rows: a's element without decoding k0 + j, its position and its
+  /// offset within the sample in 32 bits (a_steps_within_taps).
+  GPUBATCH_HOST_DEVICE const TX* a_in_tap(const row_cursor& cur, const tap& t, int j) const {
+    const int ih = static_cast<int>(cur.ih0) + t.dh, iw = static_cast<int>(cur.iw0) + t.dw;
+    if (cur.base == nullptr || static_cast<unsigned>(ih) >= static_cast<unsigned>(geo.h) ||
+        static_cast<unsigned>(iw) >= static_cast<unsigned>(geo.w)) {
+      return nullptr;
+    }
+    return cur.base + ((ih * static_cast<int>(geo.w) + iw) * static_cast<int>(geo.c) +
+                       t.channel + j);
+  }
+
   /// Element (kk, j) of B: filter j's element kk (never null for forward propagation).
   GPUBATCH_HOST_DEVICE const TW* b(index_t kk, index_t j) const { return w + j * k() + kk; }
 

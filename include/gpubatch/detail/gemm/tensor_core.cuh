@@ -135,14 +135,19 @@ mainloop(const SourceA& a, const SourceB& b, index_t k, index_t tile_row, index_
     if (s < k_tiles) load(s, s);
     __pipeline_commit();
   }
+  // Stage indices kt % S and (kt + S - 1) % S, kept as wrapping counters (a 64-bit remainder
+  // per K step otherwise).
+  int read_stage = 0, write_stage = S - 1;
   for (index_t kt = 0; kt < k_tiles; ++kt) {
     __pipeline_wait_prior(S - 2);
     __syncthreads();  // tile kt is visible to all; stage (kt - 1) % S is free again
     const index_t next = kt + S - 1;
-    if (next < k_tiles) load(next, static_cast<int>(next % S));
+    if (next < k_tiles) load(next, write_stage);
     __pipeline_commit();
+    write_stage = write_stage == S - 1 ? 0 : write_stage + 1;
 
-    const T* const a_s = stages + static_cast<int>(kt % S) * Geometry::stage_elements;
+    const T* const a_s = stages + read_stage * Geometry::stage_elements;
+    read_stage = read_stage == S - 1 ? 0 : read_stage + 1;
     const T* const b_s = a_s + Geometry::a_stage_elements;
 #pragma unroll
     for (int slab = 0; slab < Geometry::slabs; ++slab) {

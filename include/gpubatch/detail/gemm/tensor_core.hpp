@@ -242,6 +242,7 @@ struct chunk_piece {
 template <class T>
 struct matrix_source {
   using element_type = T;
+  static constexpr bool tap_stepped = false;  ///< see gather_source
   const T* data;
   index_t rows;
   index_t k;
@@ -327,7 +328,10 @@ GPUBATCH_HOST_DEVICE matrix_source<TB> b_source(const gemm_instance<TA, TB, TC>&
 template <class Mapping, class T>
 struct gather_source {
   using element_type = T;
+  /// K-major staging may decode a K step's filter tap once for all its chunks (tap_steps).
+  static constexpr bool tap_stepped = true;
   using cursor = typename Mapping::row_cursor;
+  using tap = typename Mapping::tap;
   /// A run of rows for M-major staging: the first row's cursor and index, and how many rows
   /// from it on share its output row (at most 2^30).
   struct line_cursor {
@@ -339,9 +343,24 @@ struct gather_source {
   index_t k;
   bool vectorizable;
   bool lines_vectorizable;
+  /// Whole chunks, and every K step of the staging within one filter tap: a step's chunks
+  /// share its tap, decoded once (tap) rather than once per chunk.
+  bool tap_steps;
 
-  GPUBATCH_HOST_DEVICE static gather_source make(const Mapping& g, int vector) {
-    return {g, g.k(), g.a_chunks_contiguous(vector), g.a_lines_contiguous(vector)};
+  /// The source of `g`'s gather staged in chunks of `vector` elements and K steps of `step_k`.
+  GPUBATCH_HOST_DEVICE static gather_source make(const Mapping& g, int vector, int step_k) {
+    const bool whole = g.a_chunks_contiguous(vector);
+    return {g, g.k(), whole, g.a_lines_contiguous(vector),
+            whole && g.a_steps_within_taps(step_k)};
+  }
+  /// The tap of the K step starting at k0 (tap_steps).
+  GPUBATCH_HOST_DEVICE tap step_tap(index_t k0) const { return mapping.a_tap(k0); }
+  /// The chunk of the K step at k0 (tap `t`) starting `j` elements into it: one copy, of the
+  /// input or of zeros (the padding, rows past the operand, a step past K).
+  GPUBATCH_HOST_DEVICE chunk_piece<T> chunk_in_step(const cursor& c, const tap& t, index_t k0,
+                                                    int j) const {
+    const T* const p = k0 < k ? mapping.a_in_tap(c, t, j) : nullptr;
+    return p != nullptr ? chunk_piece<T>{p, false} : chunk_piece<T>{mapping.x, true};
   }
   GPUBATCH_HOST_DEVICE line_cursor line(index_t r) const {
     const index_t run = mapping.a_run(r);
@@ -424,6 +443,20 @@ struct operand_stager {
                                   std::remove_const_t<typename Source::element_type>* tile,
                                   const Copy16& copy16) const {
     using T = std::remove_const_t<typename Source::element_type>;
+    if constexpr (Layout::k_major && Source::tap_stepped) {
+      if (source.tap_steps) {
+        // One decode of the step's tap; per chunk a bounds check and an address.
+        const auto tap = source.step_tap(k0);
+        for (int i = 0; i < per_thread; ++i) {
+          if (per_thread * Threads > chunks && thread + i * Threads >= chunks) {
+            break;
+          }
+          const auto piece = source.chunk_in_step(cursor[i], tap, k0, first_k[i]);
+          copy16(tile + destination[i], piece.data, piece.zero);
+        }
+        return;
+      }
+    }
     for (int i = 0; i < per_thread; ++i) {
       if (per_thread * Threads > chunks && thread + i * Threads >= chunks) {
         break;
