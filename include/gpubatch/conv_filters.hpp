@@ -44,7 +44,7 @@ struct packed_filters_access {
   template <class T>
   static const host_conv::gemm_filters<scalar_t<T>>* host_backward_data(
       const packed_conv2d_filters<T>& f) {
-    return f.host_dgrad_ ? &*f.host_dgrad_ : nullptr;
+    return f.host_dgrad_packed_ ? &f.host_dgrad_ : nullptr;
   }
   /// The CUDA backend's filters turned for backward data as a forward convolution of dy
   /// (conv::dgrad_as_fprop), or null.
@@ -125,6 +125,7 @@ class packed_conv2d_filters {
         if (passes != filter_passes::forward) {
           host_dgrad_ = detail::host_conv::pack_dgrad_filters<compute>(
               exec, shape_.n, shape_.c, shape_.h, shape_.w, groups_, order_, copy_.data());
+          host_dgrad_packed_ = true;
         }
       }
     }
@@ -190,7 +191,10 @@ class packed_conv2d_filters {
   index_t groups_;
   detail::host_conv::gemm_filters<compute> host_{};
   bool host_packed_ = false;
-  std::optional<detail::host_conv::gemm_filters<compute>> host_dgrad_;
+  // A flag beside the packing rather than a std::optional of it: g++ 12 at -O3 (nvcc's host
+  // pass) warns that an optional's disengaged arrays may be freed uninitialised.
+  detail::host_conv::gemm_filters<compute> host_dgrad_{};
+  bool host_dgrad_packed_ = false;
   std::optional<device_buffer<T>> cuda_turned_;
 };
 

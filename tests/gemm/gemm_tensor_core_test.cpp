@@ -395,6 +395,25 @@ int worst_output_reads(bool cols_contiguous) {
   return worst;
 }
 
+/// Worst degree of the epilogue's 16-byte reads of the accumulator tile in runs of `Run`
+/// (output_run_slot): the instruction reading quad q of every lane's run.
+template <class G, int Run>
+int worst_output_run_reads() {
+  int worst = 0;
+  for (int first = 0; first < G::bm * G::bn / Run; first += 32) {
+    for (int q = 0; q < Run / 4; ++q) {
+      warp_access access(16);
+      for (int lane = 0; lane < 32 && first + lane < G::bm * G::bn / Run; ++lane) {
+        const tc::tile_element at = tc::output_run_slot<G, Run>(first + lane);
+        access.address[static_cast<std::size_t>(lane)] =
+            std::int64_t{at.row * G::c_ld + at.col + 4 * q} * 4;
+      }
+      worst = std::max(worst, conflict_degree(access));
+    }
+  }
+  return worst;
+}
+
 template <class T, gpubatch::size_class Size>
 void check_banks() {
   using P = typename gpubatch::default_tensor_core_policy<T, 80, Size>::type;
@@ -420,9 +439,69 @@ void check_banks() {
   }
   CHECK(worst_output_reads<G>(true) == 1);
   CHECK(worst_output_reads<G>(false) == 1);
+  // Runs of 4-, 2- and 1-byte outputs (f32 or int32, f16 or bf16, int8).
+  CHECK(worst_output_run_reads<G, 4>() == 1);
+  CHECK(worst_output_run_reads<G, 8>() == 1);
+  CHECK(worst_output_run_reads<G, 16>() == 1);
 }
 
 }  // namespace
+
+namespace {
+
+/// Every run of the accumulator tile is handed to exactly one slot, and a warp's runs of one row
+/// are consecutive columns (whole 32-byte sectors of the output).
+template <class G, int Run>
+void check_output_runs() {
+  INFO("tile " << G::bm << "x" << G::bn << ", runs of " << Run);
+  std::vector<int> seen(static_cast<std::size_t>(G::bm * G::bn), 0);
+  for (int e = 0; e < G::bm * G::bn / Run; ++e) {
+    const tc::tile_element at = tc::output_run_slot<G, Run>(e);
+    REQUIRE(at.row >= 0);
+    REQUIRE(at.row < G::bm);
+    REQUIRE(at.col % Run == 0);
+    REQUIRE(at.col + Run <= G::bn);
+    for (int j = 0; j < Run; ++j) ++seen[static_cast<std::size_t>(at.row * G::bn + at.col + j)];
+    if (e % 32 != 0) {
+      const tc::tile_element before = tc::output_run_slot<G, Run>(e - 1);
+      if (before.row == at.row) CHECK(at.col == before.col + Run);
+    }
+  }
+  CHECK(std::all_of(seen.begin(), seen.end(), [](int n) { return n == 1; }));
+}
+
+template <class T>
+void check_output_runs_of_all_tiles() {
+  using medium = tc::geometry<typename gpubatch::default_tensor_core_policy<
+                                  T, 80, gpubatch::size_class::medium>::type,
+                              T>;
+  using large = tc::geometry<typename gpubatch::default_tensor_core_policy<
+                                 T, 80, gpubatch::size_class::large>::type,
+                             T>;
+  using small16 = tc::geometry<typename gpubatch::default_small_tensor_core_policy<T, 80, 16>::type, T>;
+  using small32 = tc::geometry<typename gpubatch::default_small_tensor_core_policy<T, 80, 32>::type, T>;
+  check_output_runs<medium, 4>();
+  check_output_runs<medium, 8>();
+  check_output_runs<medium, 16>();
+  check_output_runs<large, 4>();
+  check_output_runs<large, 8>();
+  check_output_runs<large, 16>();
+  check_output_runs<small16, 4>();
+  check_output_runs<small16, 8>();
+  check_output_runs<small16, 16>();
+  check_output_runs<small32, 8>();
+  // The small tiles' rows are one or two warps' runs wide: at most 2-way.
+  CHECK(worst_output_run_reads<small16, 8>() <= 2);
+  CHECK(worst_output_run_reads<small32, 8>() == 1);
+}
+
+}  // namespace
+
+TEST_CASE("tensor-core epilogue runs cover the tile once", "[gemm][tensor_core]") {
+  check_output_runs_of_all_tiles<gpubatch::half>();
+  check_output_runs_of_all_tiles<float>();
+  check_output_runs_of_all_tiles<std::int8_t>();
+}
 
 TEST_CASE("tensor-core shared-memory accesses are free of bank conflicts", "[gemm][tensor_core]") {
   check_banks<gpubatch::half, gpubatch::size_class::medium>();

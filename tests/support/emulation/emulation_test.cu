@@ -2,6 +2,7 @@
 // ends it (an error code, a failed launch, wrong data), and its correct twin must pass. Built
 // for the emulated device only: on a GPU several of these kernels would hang or corrupt memory.
 #include <gpubatch/containers.hpp>
+#include <gpubatch/detail/gemm/warp_tiling.hpp>
 #include <gpubatch/launch.hpp>
 #include <gpubatch/numeric.hpp>
 #include <gpubatch/stream.hpp>
@@ -60,6 +61,15 @@ __global__ void zero_fill_kernel(const float* in, float* out, int zfill_floats) 
   __pipeline_commit();
   __pipeline_wait_prior(0);
   for (int i = 0; i < 4; ++i) out[4 * t + i] = stage[4 * t + i];
+}
+
+/// Each thread copies 4 floats with the kernels' 16-byte vector load and store, from `in_offset`
+/// and to `out_offset` floats into the buffers.
+__global__ void vector_copy_kernel(const float* in, float* out, int in_offset, int out_offset) {
+  const int t = static_cast<int>(threadIdx.x);
+  float v[4];
+  gpubatch::detail::simt::read_piece<4>(in + in_offset + 4 * t, v);
+  gpubatch::detail::simt::write_piece<4>(v, out + out_offset + 4 * t);
 }
 
 __global__ void divergent_barrier_kernel(float* out) {
@@ -141,6 +151,29 @@ TEST_CASE("emulated cp.async: a zero fill reads only the bytes before it", "[emu
   // A fill of all 16 bytes reads nothing, but still names device memory.
   launch(zero_fill_kernel, launch_config{1, 1, 16, s.get()}, values.data(), out.data(), 4);
   expect_failed_context(s, cudaErrorIllegalAddress);
+}
+
+TEST_CASE("emulated vector accesses: 16 bytes need 16-byte alignment", "[emulation]") {
+  const gpubatch::cuda_stream s;
+  constexpr int threads = 32;
+  std::vector<float> values(4 * threads + 4);
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = 0.5F + static_cast<float>(i);
+  gpubatch::device_buffer<float> in(values.size(), s.exec()), out(values.size(), s.exec());
+  GPUBATCH_CUDA_TRY(cudaMemcpyAsync(in.data(), values.data(), values.size() * sizeof(float),
+                                    cudaMemcpyHostToDevice, s.get()));
+  const launch_config config{1, threads, 0, s.get()};
+  launch(vector_copy_kernel, config, in.data(), out.data(), 4, 0);
+  const auto got = download(out.data(), 4 * threads, s);
+  for (std::size_t i = 0; i < got.size(); ++i) CHECK(got[i] == values[i + 4]);
+
+  SECTION("a misaligned load") {
+    launch(vector_copy_kernel, config, in.data(), out.data(), 1, 0);
+    expect_failed_context(s, cudaErrorMisalignedAddress);
+  }
+  SECTION("a misaligned store") {
+    launch(vector_copy_kernel, config, in.data(), out.data(), 0, 2);
+    expect_failed_context(s, cudaErrorMisalignedAddress);
+  }
 }
 
 TEST_CASE("emulated barriers: a divergent __syncthreads fails the launch", "[emulation]") {

@@ -191,6 +191,17 @@ GPUBATCH_KERNEL void __launch_bounds__(Policy::threads, Policy::min_blocks_per_s
   const bool cols_contiguous = n > 1 && &g.c(tile_row, 1) - &g.c(tile_row, 0) == 1;
   const auto* const c_tile =
       tensor_core::mainloop<G>(a, b, k, tile_row, tile_col, tensor_core_conv_shared);
+  using TY = std::remove_reference_t<decltype(g.c(0, 0))>;
+  if (cols_contiguous) {  // NHWC: an output pixel's channels are consecutive
+    tensor_core::store_runs<G, TY>(
+        c_tile, tile_row, tile_col, m, n, [&](index_t row, index_t col) {
+          const conv::conv_position pos = g.position(row, col);
+          return tensor_core::output_run<TY, Compute, Epilogue>{&g.c(row, col), alpha, beta,
+                                                                &epilogue, pos.batch, pos.row,
+                                                                pos.col};
+        });
+    return;
+  }
   tensor_core::for_each_output<G>(c_tile, tile_row, tile_col, m, n, cols_contiguous,
                                   [&](index_t row, index_t col, auto value) {
                                     const conv::conv_position pos = g.position(row, col);

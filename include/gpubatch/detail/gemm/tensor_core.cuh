@@ -13,11 +13,13 @@
 #include <gpubatch/detail/gemm/problem.hpp>
 #include <gpubatch/detail/gemm/tensor_core.hpp>
 #include <gpubatch/detail/gemm/tile_schedule.cuh>
+#include <gpubatch/detail/gemm/warp_tiling.hpp>
 
 #include <cuda_pipeline_primitives.h>
 #include <mma.h>
 
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 #include <utility>
 
@@ -187,14 +189,27 @@ mainloop(const SourceA& a, const SourceB& b, index_t k, index_t tile_row, index_
   return c_tile;
 }
 
+/// The calling thread's index in its block, read where it is called: the compiler may not hoist
+/// it, nor what is computed from it, out of a loop that encloses the call. The epilogue's loops
+/// start from it: their per-thread slots, hoisted out of a grouped kernel's walk of tiles beside
+/// the stagers' ones, took registers its main loop needs (20 bytes of spill at 128 registers).
+GPUBATCH_DEVICE int thread_index_here() {
+#if defined(__CUDA_ARCH__)
+  unsigned thread;
+  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(thread));
+  return static_cast<int>(thread);
+#else
+  return static_cast<int>(threadIdx.x);
+#endif
+}
+
 /// Hands every element of the block's accumulator tile that lies inside the (m x n) output to
 /// `store(row, col, value)` in output_slot's order (columns first when `cols_contiguous`).
 template <class Geometry, class Accumulator, class Store>
 GPUBATCH_DEVICE void for_each_output(const Accumulator* c_tile, index_t tile_row,
                                      index_t tile_col, index_t m, index_t n, bool cols_contiguous,
                                      Store&& store) {
-  for (int e = static_cast<int>(threadIdx.x); e < Geometry::bm * Geometry::bn;
-       e += Geometry::threads) {
+  for (int e = thread_index_here(); e < Geometry::bm * Geometry::bn; e += Geometry::threads) {
     const tile_element at = output_slot<Geometry>(e, cols_contiguous);
     const index_t row = tile_row + at.row, col = tile_col + at.col;
     if (row < m && col < n) {
@@ -203,9 +218,79 @@ GPUBATCH_DEVICE void for_each_output(const Accumulator* c_tile, index_t tile_row
   }
 }
 
+/// A row-contiguous output run: where it starts, and how its element j is finished
+/// (store_output's arithmetic, the epilogue seeing (batch, row, col + j)).
+template <class TC, class Compute, class Epilogue>
+struct output_run {
+  TC* out;  ///< the run's first output
+  Compute alpha, beta;
+  const Epilogue* epilogue;
+  index_t batch, row, col;
+
+  /// Whether finishing reads the output (beta != 0).
+  GPUBATCH_DEVICE bool reads_output() const { return beta != Compute(0); }
+  template <class Accumulator>
+  GPUBATCH_DEVICE void finish(TC& dst, Accumulator value, int j) const {
+    store_output(dst, static_cast<Compute>(value), alpha, beta, *epilogue, batch, row, col + j);
+  }
+};
+
+/// Stores the 16 bytes of `values` at `dst` (16-byte aligned, global memory) with one vector
+/// store. Written as st.global.v4.b32: nvcc split both a struct of f16 elements and a plain
+/// uint4 assignment into narrower stores.
+template <class T, int N>
+GPUBATCH_DEVICE void store16(T* dst, const T (&values)[N]) {
+  static_assert(sizeof(T) * N == 16, "gpubatch: store16 stores 16 bytes");
+#if defined(__CUDA_ARCH__)
+  unsigned bits[4];
+  memcpy(bits, values, sizeof bits);
+  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"l"(dst), "r"(bits[0]), "r"(bits[1]),
+               "r"(bits[2]), "r"(bits[3])
+               : "memory");
+#else
+  simt::write_piece<N>(values, dst);  // the emulated device checks the alignment
+#endif
+}
+
+/// Hands the block's accumulator tile to a row-contiguous output of type TC in runs of
+/// output_run_v<TC> columns (output_run_slot's order). A run wholly inside the output whose
+/// first element is 16-byte aligned reads its accumulators as 16-byte quads and is stored (and,
+/// when finishing reads C, loaded) as one 16-byte access, where element by element each output
+/// took its own address, shared read and store; any other run goes element by element.
+/// `run_at(row, col)` is the output_run starting at output (row, col).
+template <class Geometry, class TC, class Accumulator, class RunAt>
+GPUBATCH_DEVICE void store_runs(const Accumulator* c_tile, index_t tile_row, index_t tile_col,
+                                index_t m, index_t n, RunAt&& run_at) {
+  constexpr int R = output_run_v<TC>;
+#pragma unroll 1
+  for (int e = thread_index_here(); e < Geometry::bm * Geometry::bn / R;
+       e += Geometry::threads) {
+    const tile_element at = output_run_slot<Geometry, R>(e);
+    const index_t row = tile_row + at.row, col = tile_col + at.col;
+    if (row >= m || col >= n) continue;
+    const auto run = run_at(row, col);
+    const Accumulator* const values = c_tile + at.row * Geometry::c_ld + at.col;
+    if (col + R <= n && aligned16(run.out)) {
+      Accumulator v[R];
+#pragma unroll
+      for (int q = 0; q < R; q += 4) simt::read_piece<4>(values + q, v + q);
+      // Read only when finishing reads C; zeroed so g++ need not prove that (-Wmaybe-uninitialized).
+      TC result[R]{};
+      if (run.reads_output()) simt::read_piece<R>(run.out, result);
+#pragma unroll
+      for (int j = 0; j < R; ++j) run.finish(result[j], v[j], j);
+      store16(run.out, result);
+    } else {
+#pragma unroll 1
+      for (int j = 0; j < R && col + j < n; ++j) run.finish(run.out[j], values[j], j);
+    }
+  }
+}
+
 /// The block computes the C tile of `problem` (problem `b` of the batch) at (tile_row,
 /// tile_col), which lies inside C. Operands are staged through the tensor-core main loop; the
-/// epilogue is the same store_output every GEMM kernel uses.
+/// epilogue is the same store_output every GEMM kernel uses, in 16-byte runs where C's rows are
+/// contiguous.
 template <class Policy, staging StagingA, staging StagingB, class Instance, class Compute,
           class Epilogue>
 GPUBATCH_DEVICE void tensor_core_tile(const Instance& problem, index_t b, index_t tile_row,
@@ -218,6 +303,15 @@ GPUBATCH_DEVICE void tensor_core_tile(const Instance& problem, index_t b, index_
   const auto* const c_tile = mainloop<G>(a_source(problem), b_source(problem), problem.k,
                                          tile_row, tile_col, tensor_core_shared);
 
+  using TC = std::remove_reference_t<decltype(problem.c(0, 0))>;
+  if (cols_contiguous) {
+    store_runs<G, TC>(c_tile, tile_row, tile_col, problem.m, problem.n,
+                      [&](index_t row, index_t col) {
+                        return output_run<TC, Compute, Epilogue>{&problem.c(row, col), alpha, beta,
+                                                                 &epilogue, b, row, col};
+                      });
+    return;
+  }
   for_each_output<G>(c_tile, tile_row, tile_col, problem.m, problem.n, cols_contiguous,
                      [&](index_t row, index_t col, auto value) {
                        store_output(problem.c(row, col), static_cast<Compute>(value), alpha, beta,

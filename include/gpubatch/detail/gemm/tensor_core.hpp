@@ -220,6 +220,28 @@ GPUBATCH_HOST_DEVICE constexpr tile_element output_slot(int e, bool cols_contigu
   return {(block % row_blocks) * 8 + lane % 8, (block / row_blocks) * 4 + lane / 8};
 }
 
+/// Outputs of type TC per epilogue run, the 16 bytes a row-contiguous output takes in one vector
+/// store (types of up to 4 bytes, so a run is whole 16-byte reads of 4-byte accumulators).
+template <class TC>
+inline constexpr int output_run_v = 16 / static_cast<int>(sizeof(TC));
+
+/// Which run of `Run` consecutive accumulators of a row thread-slot `e` (0 .. bm * bn / Run - 1,
+/// consecutive slots on consecutive threads) stores, for a row-contiguous output. Runs are read
+/// as Run / 4 16-byte quads; the eight lanes of one phase of a 16-byte shared read take
+/// `8 / quads` runs of each of `quads` consecutive rows, so at pitch c_ld = 4 (mod 32) words the
+/// next row starts one 16-byte bank group later and the phase meets every bank once (lanes
+/// walking one row would meet half of them twice). A warp so takes a (4 * quads)-row block of
+/// 32 columns, each row's part of it at least one 32-byte sector of the output.
+template <class Geometry, int Run>
+GPUBATCH_HOST_DEVICE constexpr tile_element output_run_slot(int e) {
+  static_assert(Run % 4 == 0 && Geometry::bn % Run == 0,
+                "gpubatch: an epilogue run is whole quads of accumulators within a tile row");
+  constexpr int quads = Run / 4;
+  constexpr int row_runs = Geometry::bn / Run < 8 / quads ? Geometry::bn / Run : 8 / quads;
+  const int segment = e / (row_runs * Geometry::bm), within = e % (row_runs * Geometry::bm);
+  return {within / row_runs, (segment * row_runs + within % row_runs) * Run};
+}
+
 /// Whether `p` is 16-byte aligned.
 template <class T>
 GPUBATCH_HOST_DEVICE bool aligned16(const T* p) {

@@ -133,6 +133,9 @@ GPUBATCH_HOST_DEVICE void read_piece(const T* src, T* dst) {
   struct alignas(sizeof(T) * Width) piece {
     T v[Width];
   };
+#if defined(GPUBATCH_EMULATION)
+  ::gpubatch_emu::vector_access(src, sizeof(piece));  // faults where the hardware would
+#endif
   const piece p = *reinterpret_cast<const piece*>(src);
 #pragma unroll
   for (int e = 0; e < Width; ++e) dst[e] = p.v[e];
@@ -160,6 +163,9 @@ GPUBATCH_HOST_DEVICE void write_piece(const T* src, T* dst) {
   piece p;
 #pragma unroll
   for (int e = 0; e < Width; ++e) p.v[e] = src[e];
+#if defined(GPUBATCH_EMULATION)
+  ::gpubatch_emu::vector_access(dst, sizeof(piece));
+#endif
   *reinterpret_cast<piece*>(dst) = p;
 #else
   for (int e = 0; e < Width; ++e) dst[e] = src[e];

@@ -438,6 +438,16 @@ bool is_shared(const void* p, std::size_t bytes) {
 
 bool is_global(const void* p, std::size_t bytes) { return memory_kind(p, bytes) != 0; }
 
+void vector_access(const void* p, std::size_t bytes, const char* file, int line) {
+  // Host code sharing the kernels' helpers (a host test of a tile's plan) has no device to model.
+  if (running_thread() == nullptr) return;
+  if (reinterpret_cast<std::uintptr_t>(p) % bytes != 0) {
+    EMU_FAULT(cudaErrorMisalignedAddress, "vector access of " + std::to_string(bytes) +
+                                              " bytes with a misaligned address at " + file +
+                                              ":" + std::to_string(line));
+  }
+}
+
 void async_copy_issue(void* dst, const void* src, std::size_t size, std::size_t zfill,
                       const char* file, int line) {
   cuda_thread* t = running_thread();

@@ -70,6 +70,12 @@ int lane_id();
 bool is_global(const void* p, std::size_t bytes);
 bool is_shared(const void* p, std::size_t bytes);
 
+/// A vector load or store of `bytes` at `p` (a library's own 8- or 16-byte access of global or
+/// shared memory) by the running CUDA thread: faults as the hardware does when `p` is not
+/// aligned to `bytes`. Outside a kernel it checks nothing.
+void vector_access(const void* p, std::size_t bytes, const char* file = __builtin_FILE(),
+                   int line = __builtin_LINE());
+
 // cp.async (cuda_pipeline_primitives.h): the runtime keeps each thread's copies and groups.
 struct landing {
   void* dst;
