@@ -123,9 +123,9 @@ class packed_conv2d_filters {
       if (passes != filter_passes::backward_data) pack_for_host(exec);
       if constexpr (!std::is_same_v<T, std::int8_t>) {
         if (passes != filter_passes::forward) {
-          host_dgrad_ = detail::host_conv::pack_dgrad_filters<compute>(
-              exec, shape_.n, shape_.c, shape_.h, shape_.w, groups_, order_, copy_.data());
-          host_dgrad_packed_ = true;
+          host_dgrad_packed_ = detail::host_conv::pack_dgrad_filters<compute>(
+              exec, shape_.n, shape_.c, shape_.h, shape_.w, groups_, order_, copy_.data(),
+              host_dgrad_);
         }
       }
     }
@@ -192,7 +192,7 @@ class packed_conv2d_filters {
   detail::host_conv::gemm_filters<compute> host_{};
   bool host_packed_ = false;
   // A flag beside the packing rather than a std::optional of it: g++ 12 at -O3 (nvcc's host
-  // pass) warns that an optional's disengaged arrays may be freed uninitialised.
+  // pass) warned that an optional's disengaged arrays may be freed uninitialised.
   detail::host_conv::gemm_filters<compute> host_dgrad_{};
   bool host_dgrad_packed_ = false;
   std::optional<device_buffer<T>> cuda_turned_;

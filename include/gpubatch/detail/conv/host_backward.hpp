@@ -1910,19 +1910,20 @@ inline bool dgrad_takes_turned_filters(const conv::conv2d_geometry& geo) {
 /// A layer's shared filters (K x C/groups x R x S in `order`) packed as run_dgrad packs them
 /// for its stride-1 layers of more than 4 input channels per group, whatever their extents,
 /// padding or dilation (packing reads K, C, R, S, the groups and the layout alone); nothing
-/// for layers with fewer channels, which take other paths.
+/// for layers with fewer channels, which take other paths. Packs into `out` and returns true, or
+/// returns false and leaves `out` alone.
 template <class Compute, class TW>
-std::optional<gemm_filters<Compute>> pack_dgrad_filters(host_exec exec, index_t k, index_t c,
-                                                        index_t r, index_t s, index_t groups,
-                                                        tensor_layout order, const TW* w) {
+bool pack_dgrad_filters(host_exec exec, index_t k, index_t c, index_t r, index_t s, index_t groups,
+                        tensor_layout order, const TW* w, gemm_filters<Compute>& out) {
   // A layer of one pixel per filter tap: stride 1, no padding.
   const conv::conv2d_geometry geo =
       conv::make_geometry(1, c * groups, r, s, k, r, s, conv2d_params{}.with_groups(groups), order);
   if (!dgrad_takes_turned_filters(geo)) {
-    return std::nullopt;
+    return false;
   }
   const fprop_batch<TW, TW, TW> fb{*dgrad_as_fprop(geo), nullptr, w, nullptr, false};
-  return pack_turned_filters<Compute>(exec, fb, geo);
+  out = pack_turned_filters<Compute>(exec, fb, geo);
+  return true;
 }
 
 /// Backward data on the best host path for the layer's shape: stride-1 layers as a forward
