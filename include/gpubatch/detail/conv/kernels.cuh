@@ -140,6 +140,20 @@ GPUBATCH_KERNEL void __launch_bounds__(Policy::threads, Policy::min_blocks_per_s
   Compute acc[tiling::tm][tiling::tn];
   cuda_gemm::tiled_mainloop<Policy, tiling>(k_tiles, shared, at, fetch, stash, acc);
 
+  using TY = std::remove_reference_t<decltype(g.c(0, 0))>;
+  if (split.count == 1 && (n == 1 || &g.c(tile_row, 1) - &g.c(tile_row, 0) == 1)) {
+    // NHWC: an output pixel's channels are consecutive; its sample and pixel are found once.
+    cuda_gemm::store_lane_tile<tiling, TY>(
+        acc, tile_row + at.row, tile_col + at.col, m, n, [&](index_t row) {
+          const conv::conv_position pos = g.position(row, 0);
+          TY* const y_row = &g.c(row, 0);
+          return [=, &epilogue](index_t col) {
+            return output_run<TY, Compute, Epilogue>{y_row + col, alpha, beta, &epilogue,
+                                                     pos.batch, pos.row, pos.col + col};
+          };
+        });
+    return;
+  }
 #pragma unroll
   for (int i = 0; i < tiling::tm; ++i) {
     const index_t row = tile_row + at.row + tiling::row(i);
@@ -196,9 +210,8 @@ GPUBATCH_KERNEL void __launch_bounds__(Policy::threads, Policy::min_blocks_per_s
     tensor_core::store_runs<G, TY>(
         c_tile, tile_row, tile_col, m, n, [&](index_t row, index_t col) {
           const conv::conv_position pos = g.position(row, col);
-          return tensor_core::output_run<TY, Compute, Epilogue>{&g.c(row, col), alpha, beta,
-                                                                &epilogue, pos.batch, pos.row,
-                                                                pos.col};
+          return output_run<TY, Compute, Epilogue>{&g.c(row, col), alpha, beta, &epilogue,
+                                                   pos.batch, pos.row, pos.col};
         });
     return;
   }

@@ -159,6 +159,45 @@ GPUBATCH_DEVICE void tiled_mainloop(index_t k_tiles, const Compute* shared, simt
   }
 }
 
+/// Stores a thread's accumulators (Tiling's TM x TN register tile, its origin at output
+/// (row0, col0)) to an output whose rows are contiguous, through store_output's arithmetic. Each
+/// row's pieces of vector_n consecutive columns are runs: one inside the output and aligned to
+/// its size is stored (and, when finishing reads the output, loaded) as one vector access, where
+/// element by element each output took its own address, load and store; a run at the right edge
+/// or misaligned goes element by element. `row_at(row)` is called once per row inside the
+/// output and returns `run_at(col)`, the output_run starting at output (row, col): what a row's
+/// runs share (a convolution's sample and pixel) is found once.
+template <class Tiling, class TC, class Compute, class RowAt>
+GPUBATCH_DEVICE void store_lane_tile(const Compute (&acc)[Tiling::tm][Tiling::tn], index_t row0,
+                                     index_t col0, index_t m, index_t n, RowAt&& row_at) {
+  constexpr int V = Tiling::vector_n;
+#pragma unroll
+  for (int i = 0; i < Tiling::tm; ++i) {
+    const index_t row = row0 + Tiling::row(i);
+    if (row >= m) continue;
+    const auto run_at = row_at(row);
+#pragma unroll
+    for (int j = 0; j < Tiling::tn; j += V) {
+      const index_t col = col0 + Tiling::col(j);
+      if (col >= n) continue;
+      const auto run = run_at(col);
+      if (col + V <= n && simt::piece_aligned<V>(run.out)) {
+        // Read only when finishing reads C; zeroed so g++ need not prove that (-Wmaybe-uninitialized).
+        TC result[V]{};
+        if (run.reads_output()) simt::read_piece<V>(run.out, result);
+#pragma unroll
+        for (int v = 0; v < V; ++v) run.finish(result[v], acc[i][j + v], v);
+        simt::write_global_piece<V>(result, run.out);
+      } else {
+#pragma unroll
+        for (int v = 0; v < V; ++v) {
+          if (col + v < n) run.finish(run.out[v], acc[i][j + v], v);
+        }
+      }
+    }
+  }
+}
+
 /// The block computes the C tile of `problem` (problem `b` of the batch) at (tile_row,
 /// tile_col), which lies inside C.
 template <class Policy, class Instance, class Compute, class Epilogue>
@@ -203,6 +242,18 @@ GPUBATCH_DEVICE void tiled_gemm_tile(const Instance& problem, index_t b, index_t
   Compute acc[tiling::tm][tiling::tn];
   tiled_mainloop<Policy, tiling>(ceil_div(problem.k, BK), shared, at, fetch, stash, acc);
 
+  using TC = std::remove_reference_t<decltype(problem.c(0, 0))>;
+  if (problem.c.stride.col == 1) {
+    store_lane_tile<tiling, TC>(acc, tile_row + at.row, tile_col + at.col, problem.m, problem.n,
+                                [&](index_t row) {
+                                  TC* const c_row = &problem.c(row, 0);
+                                  return [=, &epilogue](index_t col) {
+                                    return output_run<TC, Compute, Epilogue>{
+                                        c_row + col, alpha, beta, &epilogue, b, row, col};
+                                  };
+                                });
+    return;
+  }
 #pragma unroll
   for (int i = 0; i < tiling::tm; ++i) {
     const index_t row = tile_row + at.row + tiling::row(i);

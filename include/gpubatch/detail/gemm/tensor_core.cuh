@@ -218,40 +218,6 @@ GPUBATCH_DEVICE void for_each_output(const Accumulator* c_tile, index_t tile_row
   }
 }
 
-/// A row-contiguous output run: where it starts, and how its element j is finished
-/// (store_output's arithmetic, the epilogue seeing (batch, row, col + j)).
-template <class TC, class Compute, class Epilogue>
-struct output_run {
-  TC* out;  ///< the run's first output
-  Compute alpha, beta;
-  const Epilogue* epilogue;
-  index_t batch, row, col;
-
-  /// Whether finishing reads the output (beta != 0).
-  GPUBATCH_DEVICE bool reads_output() const { return beta != Compute(0); }
-  template <class Accumulator>
-  GPUBATCH_DEVICE void finish(TC& dst, Accumulator value, int j) const {
-    store_output(dst, static_cast<Compute>(value), alpha, beta, *epilogue, batch, row, col + j);
-  }
-};
-
-/// Stores the 16 bytes of `values` at `dst` (16-byte aligned, global memory) with one vector
-/// store. Written as st.global.v4.b32: nvcc split both a struct of f16 elements and a plain
-/// uint4 assignment into narrower stores.
-template <class T, int N>
-GPUBATCH_DEVICE void store16(T* dst, const T (&values)[N]) {
-  static_assert(sizeof(T) * N == 16, "gpubatch: store16 stores 16 bytes");
-#if defined(__CUDA_ARCH__)
-  unsigned bits[4];
-  memcpy(bits, values, sizeof bits);
-  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"l"(dst), "r"(bits[0]), "r"(bits[1]),
-               "r"(bits[2]), "r"(bits[3])
-               : "memory");
-#else
-  simt::write_piece<N>(values, dst);  // the emulated device checks the alignment
-#endif
-}
-
 /// Hands the block's accumulator tile to a row-contiguous output of type TC in runs of
 /// output_run_v<TC> columns (output_run_slot's order). A run wholly inside the output whose
 /// first element is 16-byte aligned reads its accumulators as 16-byte quads and is stored (and,
@@ -279,7 +245,7 @@ GPUBATCH_DEVICE void store_runs(const Accumulator* c_tile, index_t tile_row, ind
       if (run.reads_output()) simt::read_piece<R>(run.out, result);
 #pragma unroll
       for (int j = 0; j < R; ++j) run.finish(result[j], v[j], j);
-      store16(run.out, result);
+      simt::write_global_piece<R>(result, run.out);
     } else {
 #pragma unroll 1
       for (int j = 0; j < R && col + j < n; ++j) run.finish(run.out[j], values[j], j);

@@ -13,6 +13,9 @@
 
 #include <gpubatch/config.hpp>
 
+#include <cstdint>
+#include <cstring>
+
 GPUBATCH_NAMESPACE_BEGIN
 namespace detail::simt {
 
@@ -170,6 +173,30 @@ GPUBATCH_HOST_DEVICE void write_piece(const T* src, T* dst) {
 #else
   for (int e = 0; e < Width; ++e) dst[e] = src[e];
 #endif
+}
+
+/// Writes `Width` consecutive elements of `src` to global memory at `dst` (aligned to the
+/// piece's size) with one vector store. 16 bytes go as st.global.v4.b32: nvcc split both a
+/// struct of f16 elements and a plain uint4 assignment into narrower stores.
+template <int Width, class T>
+GPUBATCH_HOST_DEVICE void write_global_piece(const T* src, T* dst) {
+#if defined(__CUDA_ARCH__)
+  if constexpr (sizeof(T) * Width == 16) {
+    unsigned bits[4];
+    memcpy(bits, src, sizeof bits);
+    asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"l"(dst), "r"(bits[0]),
+                 "r"(bits[1]), "r"(bits[2]), "r"(bits[3])
+                 : "memory");
+    return;
+  }
+#endif
+  write_piece<Width>(src, dst);  // the emulated device checks the alignment
+}
+
+/// Whether `p` is aligned to a piece of `Width` elements (a vector access of that many).
+template <int Width, class T>
+GPUBATCH_HOST_DEVICE bool piece_aligned(const T* p) {
+  return reinterpret_cast<std::uintptr_t>(p) % (sizeof(T) * Width) == 0;
 }
 
 /// Shared-memory element offset of the piece lane `at` reads for A register row i (resp. B
