@@ -414,6 +414,25 @@ int worst_output_run_reads() {
   return worst;
 }
 
+/// Worst degree of the epilogue's shared reads for runs of `Run` down the columns
+/// (output_column_run_slot): the instruction reading element j of every lane's run.
+template <class G, int Run>
+int worst_output_column_run_reads() {
+  int worst = 0;
+  for (int first = 0; first < G::bm * G::bn / Run; first += 32) {
+    for (int j = 0; j < Run; ++j) {
+      warp_access access(4);
+      for (int lane = 0; lane < 32 && first + lane < G::bm * G::bn / Run; ++lane) {
+        const tc::tile_element at = tc::output_column_run_slot<G, Run>(first + lane);
+        access.address[static_cast<std::size_t>(lane)] =
+            std::int64_t{(at.row + j) * G::c_ld + at.col} * 4;
+      }
+      worst = std::max(worst, conflict_degree(access));
+    }
+  }
+  return worst;
+}
+
 template <class T, gpubatch::size_class Size>
 void check_banks() {
   using P = typename gpubatch::default_tensor_core_policy<T, 80, Size>::type;
@@ -443,6 +462,9 @@ void check_banks() {
   CHECK(worst_output_run_reads<G, 4>() == 1);
   CHECK(worst_output_run_reads<G, 8>() == 1);
   CHECK(worst_output_run_reads<G, 16>() == 1);
+  CHECK(worst_output_column_run_reads<G, 4>() == 1);
+  CHECK(worst_output_column_run_reads<G, 8>() == 1);
+  CHECK(worst_output_column_run_reads<G, 16>() == 1);
 }
 
 }  // namespace
@@ -470,6 +492,27 @@ void check_output_runs() {
   CHECK(std::all_of(seen.begin(), seen.end(), [](int n) { return n == 1; }));
 }
 
+/// Every run down a column of the accumulator tile is handed to exactly one slot, and a warp's
+/// lanes take consecutive columns of the same rows.
+template <class G, int Run>
+void check_output_column_runs() {
+  INFO("tile " << G::bm << "x" << G::bn << ", runs of " << Run << " down the columns");
+  std::vector<int> seen(static_cast<std::size_t>(G::bm * G::bn), 0);
+  for (int e = 0; e < G::bm * G::bn / Run; ++e) {
+    const tc::tile_element at = tc::output_column_run_slot<G, Run>(e);
+    REQUIRE(at.col >= 0);
+    REQUIRE(at.col < G::bn);
+    REQUIRE(at.row % Run == 0);
+    REQUIRE(at.row + Run <= G::bm);
+    for (int j = 0; j < Run; ++j) ++seen[static_cast<std::size_t>((at.row + j) * G::bn + at.col)];
+    if (e % 32 != 0) {
+      const tc::tile_element before = tc::output_column_run_slot<G, Run>(e - 1);
+      if (before.row == at.row) CHECK(at.col == before.col + 1);
+    }
+  }
+  CHECK(std::all_of(seen.begin(), seen.end(), [](int n) { return n == 1; }));
+}
+
 template <class T>
 void check_output_runs_of_all_tiles() {
   using medium = tc::geometry<typename gpubatch::default_tensor_core_policy<
@@ -490,6 +533,16 @@ void check_output_runs_of_all_tiles() {
   check_output_runs<small16, 8>();
   check_output_runs<small16, 16>();
   check_output_runs<small32, 8>();
+  check_output_column_runs<medium, 4>();
+  check_output_column_runs<medium, 8>();
+  check_output_column_runs<medium, 16>();
+  check_output_column_runs<large, 8>();
+  check_output_column_runs<small16, 8>();
+  check_output_column_runs<small16, 16>();
+  check_output_column_runs<small32, 8>();
+  // The 16-column tile's warps take two row blocks, 16 x (16 + 4) words apart: 2-way.
+  CHECK(worst_output_column_run_reads<small16, 8>() <= 2);
+  CHECK(worst_output_column_run_reads<small32, 8>() == 1);
   // The small tiles' rows are one or two warps' runs wide: at most 2-way.
   CHECK(worst_output_run_reads<small16, 8>() <= 2);
   CHECK(worst_output_run_reads<small32, 8>() == 1);

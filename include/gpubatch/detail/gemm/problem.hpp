@@ -120,11 +120,12 @@ GPUBATCH_HOST_DEVICE void store_output(TC& out, Compute acc, Compute alpha, Comp
   out = convert<TC>(epilogue(value, batch, row, col));
 }
 
-/// A row-contiguous run of outputs that a kernel's epilogue finishes together: where it starts,
-/// and how its element j is finished (store_output's arithmetic, the epilogue seeing
-/// (batch, row, col + j)). The run's address and epilogue position are found once, where element
-/// by element each output found its own (a convolution's, with a 64-bit division).
-template <class TC, class Compute, class Epilogue>
+/// A contiguous run of outputs that a kernel's epilogue finishes together: where it starts, and
+/// how its element j is finished (store_output's arithmetic, the epilogue seeing
+/// (batch, row, col + j) along a row, (batch, row + j, col) `Down` a column). The run's address
+/// and epilogue position are found once, where element by element each output found its own (a
+/// convolution's, with a 64-bit division).
+template <class TC, class Compute, class Epilogue, bool Down = false>
 struct output_run {
   TC* out;  ///< the run's first output
   Compute alpha, beta;
@@ -135,7 +136,8 @@ struct output_run {
   GPUBATCH_HOST_DEVICE bool reads_output() const { return beta != Compute(0); }
   template <class Accumulator>
   GPUBATCH_HOST_DEVICE void finish(TC& dst, Accumulator value, int j) const {
-    store_output(dst, static_cast<Compute>(value), alpha, beta, *epilogue, batch, row, col + j);
+    store_output(dst, static_cast<Compute>(value), alpha, beta, *epilogue, batch,
+                 Down ? row + j : row, Down ? col : col + j);
   }
 };
 

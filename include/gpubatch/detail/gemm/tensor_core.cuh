@@ -218,28 +218,38 @@ GPUBATCH_DEVICE void for_each_output(const Accumulator* c_tile, index_t tile_row
   }
 }
 
-/// Hands the block's accumulator tile to a row-contiguous output of type TC in runs of
-/// output_run_v<TC> columns (output_run_slot's order). A run wholly inside the output whose
-/// first element is 16-byte aligned reads its accumulators as 16-byte quads and is stored (and,
-/// when finishing reads C, loaded) as one 16-byte access, where element by element each output
-/// took its own address, shared read and store; any other run goes element by element.
-/// `run_at(row, col)` is the output_run starting at output (row, col).
-template <class Geometry, class TC, class Accumulator, class RunAt>
+/// Hands the block's accumulator tile to a contiguous output of type TC in runs of
+/// output_run_v<TC> outputs: along rows (output_run_slot's order) for a row-contiguous output,
+/// down columns (output_column_run_slot's) for a column-contiguous one (`Columns`). A run wholly
+/// inside the output whose first element is 16-byte aligned is stored (and, when finishing reads
+/// C, loaded) as one 16-byte access, a row's accumulators read as 16-byte quads, where element
+/// by element each output took its own address, shared read and store; any other run goes
+/// element by element. `run_at(row, col)` is the output_run starting at output (row, col).
+template <class Geometry, class TC, bool Columns = false, class Accumulator, class RunAt>
 GPUBATCH_DEVICE void store_runs(const Accumulator* c_tile, index_t tile_row, index_t tile_col,
                                 index_t m, index_t n, RunAt&& run_at) {
   constexpr int R = output_run_v<TC>;
+  // Between a run's consecutive accumulators in the tile.
+  constexpr int step = Columns ? Geometry::c_ld : 1;
 #pragma unroll 1
   for (int e = thread_index_here(); e < Geometry::bm * Geometry::bn / R;
        e += Geometry::threads) {
-    const tile_element at = output_run_slot<Geometry, R>(e);
+    const tile_element at = Columns ? output_column_run_slot<Geometry, R>(e)
+                                    : output_run_slot<Geometry, R>(e);
     const index_t row = tile_row + at.row, col = tile_col + at.col;
     if (row >= m || col >= n) continue;
     const auto run = run_at(row, col);
     const Accumulator* const values = c_tile + at.row * Geometry::c_ld + at.col;
-    if (col + R <= n && aligned16(run.out)) {
+    const index_t left = Columns ? m - row : n - col;  // outputs from the run's first to the edge
+    if (R <= left && aligned16(run.out)) {
       Accumulator v[R];
+      if constexpr (Columns) {
 #pragma unroll
-      for (int q = 0; q < R; q += 4) simt::read_piece<4>(values + q, v + q);
+        for (int j = 0; j < R; ++j) v[j] = values[j * step];
+      } else {
+#pragma unroll
+        for (int q = 0; q < R; q += 4) simt::read_piece<4>(values + q, v + q);
+      }
       // Read only when finishing reads C; zeroed so g++ need not prove that (-Wmaybe-uninitialized).
       TC result[R]{};
       if (run.reads_output()) simt::read_piece<R>(run.out, result);
@@ -248,15 +258,15 @@ GPUBATCH_DEVICE void store_runs(const Accumulator* c_tile, index_t tile_row, ind
       simt::write_global_piece<R>(result, run.out);
     } else {
 #pragma unroll 1
-      for (int j = 0; j < R && col + j < n; ++j) run.finish(run.out[j], values[j], j);
+      for (int j = 0; j < R && j < left; ++j) run.finish(run.out[j], values[j * step], j);
     }
   }
 }
 
 /// The block computes the C tile of `problem` (problem `b` of the batch) at (tile_row,
 /// tile_col), which lies inside C. Operands are staged through the tensor-core main loop; the
-/// epilogue is the same store_output every GEMM kernel uses, in 16-byte runs where C's rows are
-/// contiguous.
+/// epilogue is the same store_output every GEMM kernel uses, in 16-byte runs where C's rows or
+/// columns are contiguous.
 template <class Policy, staging StagingA, staging StagingB, class Instance, class Compute,
           class Epilogue>
 GPUBATCH_DEVICE void tensor_core_tile(const Instance& problem, index_t b, index_t tile_row,
@@ -276,6 +286,14 @@ GPUBATCH_DEVICE void tensor_core_tile(const Instance& problem, index_t b, index_
                         return output_run<TC, Compute, Epilogue>{&problem.c(row, col), alpha, beta,
                                                                  &epilogue, b, row, col};
                       });
+    return;
+  }
+  if (problem.c.stride.row == 1) {  // column-major C: runs down the columns
+    store_runs<G, TC, true>(c_tile, tile_row, tile_col, problem.m, problem.n,
+                            [&](index_t row, index_t col) {
+                              return output_run<TC, Compute, Epilogue, true>{
+                                  &problem.c(row, col), alpha, beta, &epilogue, b, row, col};
+                            });
     return;
   }
   for_each_output<G>(c_tile, tile_row, tile_col, problem.m, problem.n, cols_contiguous,

@@ -242,6 +242,18 @@ GPUBATCH_HOST_DEVICE constexpr tile_element output_run_slot(int e) {
   return {within / row_runs, (segment * row_runs + within % row_runs) * Run};
 }
 
+/// Which run of `Run` consecutive accumulators of a column thread-slot `e` (0 .. bm * bn / Run
+/// - 1, consecutive slots on consecutive threads) stores, for a column-contiguous output
+/// (column-major C): the lanes of a warp take consecutive columns of the same rows, so each of
+/// a run's 4-byte shared reads meets 32 distinct banks, and each lane's run is one 16-byte store
+/// down its column (element by element, a warp had stored 8 rows of 4 columns).
+template <class Geometry, int Run>
+GPUBATCH_HOST_DEVICE constexpr tile_element output_column_run_slot(int e) {
+  static_assert(Geometry::bm % Run == 0,
+                "gpubatch: an epilogue run down a column lies within a tile column");
+  return {(e / Geometry::bn) * Run, e % Geometry::bn};
+}
+
 /// Whether `p` is 16-byte aligned.
 template <class T>
 GPUBATCH_HOST_DEVICE bool aligned16(const T* p) {
